@@ -1,0 +1,109 @@
+"""Worker configuration: the five ``WORKFLOW_*`` environment variables."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+logger = logging.getLogger("durable_core.config")
+
+
+@dataclass(frozen=True, slots=True)
+class _Setting:
+    field: str
+    env: str
+    default: int
+    minimum: int
+
+
+SETTINGS = (
+    _Setting("poll_interval_ms", "WORKFLOW_POLL_INTERVAL_MS", 1000, 1),
+    _Setting("concurrency", "WORKFLOW_CONCURRENCY", 4, 1),
+    _Setting("lock_timeout_secs", "WORKFLOW_LOCK_TIMEOUT_SECS", 30, 1),
+    _Setting("max_attempts", "WORKFLOW_MAX_ATTEMPTS", 3, 1),
+    _Setting("retry_backoff_secs", "WORKFLOW_RETRY_BACKOFF_SECS", 5, 0),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowConfig:
+    """How a worker claims and retries.
+
+    Build it with :meth:`from_env` (values are clamped, with a warning) or in
+    code followed by :meth:`validate` (values are checked, with an error).
+    """
+
+    poll_interval_ms: float = 1000
+    concurrency: int = 4
+    lock_timeout_secs: float = 30
+    max_attempts: int = 3
+    retry_backoff_secs: float = 5
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowConfig:
+        """Read the ``WORKFLOW_*`` variables; garbled or out-of-range values are clamped
+        to a safe value with a ``logging`` warning, so a typo cannot stop the worker."""
+        env = os.environ if environ is None else environ
+        values: dict[str, int] = {}
+        for setting in SETTINGS:
+            values[setting.field] = _read(env, setting)
+        return cls(**values)
+
+    def validate(self) -> WorkflowConfig:
+        """Raise :class:`ConfigurationError` naming every value out of range; return self."""
+        problems = []
+        for setting in SETTINGS:
+            value = getattr(self, setting.field)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                problems.append(f"{setting.field} must be a number, got {value!r}")
+            elif value != value or value < setting.minimum:
+                problems.append(f"{setting.field} must be at least {setting.minimum}, got {value}")
+        if isinstance(self.concurrency, float) or isinstance(self.max_attempts, float):
+            problems.append("concurrency and max_attempts must be whole numbers")
+        if problems:
+            raise ConfigurationError("invalid WorkflowConfig: " + "; ".join(problems))
+        return self
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between empty claim rounds."""
+        return self.poll_interval_ms / 1000
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between lease renewals: half the lock timeout."""
+        return self.lock_timeout_secs / 2
+
+    def retry_delay(self, attempts: int) -> float:
+        """Linear backoff: ``attempts * retry_backoff_secs``."""
+        return attempts * self.retry_backoff_secs
+
+
+def _read(env: Mapping[str, str], setting: _Setting) -> int:
+    raw = env.get(setting.env)
+    if raw is None or raw.strip() == "":
+        return setting.default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        logger.warning(
+            "%s=%r is not a whole number; using the default %d",
+            setting.env, raw, setting.default,
+            extra={"setting": setting.env, "raw": raw, "used": setting.default},
+        )
+        return setting.default
+    if value < setting.minimum:
+        logger.warning(
+            "%s=%d is below the minimum %d; clamped to %d",
+            setting.env, value, setting.minimum, setting.minimum,
+            extra={"setting": setting.env, "raw": raw, "used": setting.minimum},
+        )
+        return setting.minimum
+    return value
+
+
+__all__ = ["SETTINGS", "WorkflowConfig"]

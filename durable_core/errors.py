@@ -1,0 +1,167 @@
+"""The exception hierarchy. Every error the library raises is a :class:`FrameworkError`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FrameworkError(Exception):
+    """Root of every error raised by durable-core and its backends.
+
+    ``retryable`` tells the executor whether running the workflow again could
+    succeed; errors that would fail the same way every time settle the row as
+    ``failed`` at once instead of spending the attempt budget.
+    """
+
+    retryable: bool = True
+
+
+class ConfigurationError(FrameworkError):
+    """A setting, environment variable or programmatic config is invalid."""
+
+    retryable = False
+
+
+class InvalidDatabaseURLError(ConfigurationError):
+    """A database URL is malformed or no installed backend accepts it."""
+
+
+class RegistrationError(FrameworkError):
+    """A workflow or step declaration is invalid."""
+
+    retryable = False
+
+
+class DuplicateWorkflowError(RegistrationError):
+    """Two different functions were registered under the same workflow name."""
+
+
+class NotAWorkflowError(RegistrationError, TypeError):
+    """A function passed where a ``@workflow`` was expected is not one."""
+
+
+class InvalidArgumentsError(FrameworkError, TypeError):
+    """The arguments given to ``start_workflow`` do not fit the workflow's signature."""
+
+    retryable = False
+
+
+class UnknownWorkflowError(FrameworkError):
+    """A stored workflow names a function that no registered workflow has."""
+
+    retryable = False
+
+
+class SerializationError(FrameworkError):
+    """A value cannot be stored as JSON and read back as the same value.
+
+    Also raised when a stored JSON column cannot be decoded (corruption).
+    """
+
+    retryable = False
+
+
+class DeterminismError(FrameworkError):
+    """A replay broke the determinism contract."""
+
+    retryable = False
+
+
+class StepInputMismatchError(DeterminismError):
+    """A replayed step was called with a different input than the cached one."""
+
+
+class StepNameMismatchError(DeterminismError):
+    """A different step stands at this index in the cached history."""
+
+
+class WaitTimeoutError(FrameworkError, TimeoutError):
+    """Waiting on a workflow ran past its deadline. The workflow is not cancelled."""
+
+
+class WorkflowNotFoundError(FrameworkError, LookupError):
+    """No workflow with that id exists in the store."""
+
+
+class WorkflowFailedError(FrameworkError):
+    """The workflow settled as failed (or cancelled); ``error`` holds what was recorded."""
+
+    def __init__(self, message: str, error: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.error = error or {}
+
+
+class WorkflowNotFinishedError(FrameworkError):
+    """The workflow has no output yet because it has not succeeded."""
+
+
+class InvalidStateError(FrameworkError):
+    """An operation does not apply to the workflow in its current status."""
+
+
+class ClaimNotSupportedError(FrameworkError):
+    """This store cannot claim work: the worker needs PostgreSQL."""
+
+    retryable = False
+
+    @classmethod
+    def for_store(cls, description: str) -> ClaimNotSupportedError:
+        """The error a store that cannot claim raises at its first claim."""
+        return cls(
+            f"{description} cannot claim workflows: the worker needs PostgreSQL, whose "
+            "`FOR UPDATE SKIP LOCKED` lets several workers share a queue safely. Set "
+            "DURABLE_DATABASE_URL (or pass --database-url) to a postgresql:// URL, or leave "
+            "it unset to run against the embedded PostgreSQL. This store still enqueues, "
+            "reads, and runs workflows in-process with durable_core.testing.WorkflowRunner."
+        )
+
+
+class LeaseLostError(FrameworkError):
+    """The worker no longer holds the lease on a workflow; another worker owns it now."""
+
+
+class StoreError(FrameworkError):
+    """A store operation failed; the driver's exception is chained as ``__cause__``."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached. Transient: the operation may be retried."""
+
+
+class SchemaMissingError(StoreError):
+    """The durable tables do not exist. Run ``durable migrate`` or ``apply_schema()``."""
+
+    retryable = False
+
+
+class CorruptRecordError(StoreError, SerializationError):
+    """A stored row holds a value that cannot be read back."""
+
+    retryable = False
+
+
+__all__ = [
+    "ClaimNotSupportedError",
+    "ConfigurationError",
+    "CorruptRecordError",
+    "DeterminismError",
+    "DuplicateWorkflowError",
+    "FrameworkError",
+    "InvalidArgumentsError",
+    "InvalidDatabaseURLError",
+    "InvalidStateError",
+    "LeaseLostError",
+    "NotAWorkflowError",
+    "RegistrationError",
+    "SchemaMissingError",
+    "SerializationError",
+    "StepInputMismatchError",
+    "StepNameMismatchError",
+    "StoreError",
+    "StoreUnavailableError",
+    "UnknownWorkflowError",
+    "WaitTimeoutError",
+    "WorkflowFailedError",
+    "WorkflowNotFinishedError",
+    "WorkflowNotFoundError",
+]

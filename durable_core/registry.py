@@ -1,0 +1,158 @@
+"""Declaring workflows: the ``@workflow`` decorator and the registry it fills."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from .errors import DuplicateWorkflowError, NotAWorkflowError, RegistrationError, UnknownWorkflowError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Workflow(Generic[P, R]):
+    """A registered workflow. Calling it runs the body inline, with no persistence;
+    :func:`~durable_core.client.start_workflow` enqueues it for a worker."""
+
+    def __init__(
+        self, fn: Callable[P, Awaitable[R]], *, name: str, max_attempts: int | None
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.max_attempts = max_attempts
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__qualname__ = getattr(fn, "__qualname__", name)
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<workflow {self.name}>"
+
+
+class Registry:
+    """Workflows by name. A name registered twice by different functions is a boot error."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, list[Workflow[Any, Any]]] = {}
+
+    def add(self, definition: Workflow[Any, Any]) -> None:
+        """Record a workflow; duplicates are kept so :meth:`assert_no_duplicates` can name them."""
+        entries = self._by_name.setdefault(definition.name, [])
+        if not any(_same_function(entry.fn, definition.fn) for entry in entries):
+            entries.append(definition)
+
+    def get(self, name: str) -> Workflow[Any, Any]:
+        """The workflow registered under ``name``."""
+        entries = self._by_name.get(name)
+        if not entries:
+            known = ", ".join(sorted(self._by_name)) or "none"
+            raise UnknownWorkflowError(
+                f"no registered workflow is named {name!r} (registered: {known}); "
+                "is the module that defines it imported by the worker?"
+            )
+        if len(entries) > 1:
+            self.assert_no_duplicates()
+        return entries[0]
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted."""
+        return sorted(self._by_name)
+
+    def assert_no_duplicates(self) -> None:
+        """Fail loudly if two different functions share a workflow name."""
+        clashes = {name: entries for name, entries in self._by_name.items() if len(entries) > 1}
+        if not clashes:
+            return
+        lines = []
+        for name, entries in sorted(clashes.items()):
+            places = "; ".join(_where(entry.fn) for entry in entries)
+            lines.append(f"{name!r} is registered by {len(entries)} functions: {places}")
+        raise DuplicateWorkflowError(
+            "duplicate workflow names (rename one, or pass @workflow(name=...)): "
+            + " | ".join(lines)
+        )
+
+    def remove(self, name: str) -> None:
+        """Forget a name (for tests that declare workflows dynamically)."""
+        self._by_name.pop(name, None)
+
+
+def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    # A module imported twice (e.g. as __main__ and by name) yields distinct
+    # function objects for one definition; treat them as the same function.
+    if a is b:
+        return True
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    return (
+        code_a is not None
+        and code_b is not None
+        and code_a.co_filename == code_b.co_filename
+        and code_a.co_firstlineno == code_b.co_firstlineno
+        and a.__qualname__ == b.__qualname__
+    )
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    location = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"{fn.__module__}.{fn.__qualname__}{location}"
+
+
+default_registry = Registry()
+
+
+def qualified_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname``, the default name of a workflow or step."""
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+@overload
+def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
+
+
+@overload
+def workflow(
+    *, name: str | None = None, max_attempts: int | None = None, registry: Registry | None = None
+) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
+
+
+def workflow(
+    fn: Callable[P, Awaitable[R]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    max_attempts: int | None = None,
+    registry: Registry | None = None,
+) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
+    """Declare an ``async def`` as a durable workflow.
+
+    It registers under ``module.qualname`` unless ``name`` is given;
+    ``max_attempts`` overrides the worker's ``WORKFLOW_MAX_ATTEMPTS`` for it.
+    """
+
+    def decorate(func: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
+        if not inspect.iscoroutinefunction(func):
+            raise RegistrationError(
+                f"@workflow needs an `async def`; {qualified_name(func)} is not a coroutine function"
+            )
+        if max_attempts is not None and max_attempts < 1:
+            raise RegistrationError(f"max_attempts must be at least 1, got {max_attempts}")
+        definition = Workflow(func, name=name or qualified_name(func), max_attempts=max_attempts)
+        (registry or default_registry).add(definition)
+        return definition
+
+    return decorate if fn is None else decorate(fn)
+
+
+def as_workflow(fn: object) -> Workflow[Any, Any]:
+    """Check that ``fn`` was declared with ``@workflow``."""
+    if isinstance(fn, Workflow):
+        return fn
+    label = getattr(fn, "__qualname__", repr(fn))
+    raise NotAWorkflowError(f"{label} is not a workflow: decorate it with @workflow")

@@ -1,0 +1,147 @@
+"""The seams between the engine and persistence: the ``Store`` and ``Claimer`` protocols.
+
+A store persists workflows and their steps. Every write made on behalf of a
+running workflow carries the :class:`~durable_core.records.Lease` it was
+claimed under and must fail with :class:`~durable_core.errors.LeaseLostError`
+when that lease is no longer the current one (fencing). Times are given as
+durations so that each store can use its own clock (PostgreSQL uses the
+server's ``now()``).
+
+A claimer hands out work to workers. Only PostgreSQL offers one; stores that
+cannot claim raise :class:`~durable_core.errors.ClaimNotSupportedError` from
+``claim``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from .records import (
+    ClaimedWorkflow,
+    Lease,
+    NewWorkflow,
+    StepRecord,
+    WorkflowRecord,
+    WorkflowStatus,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence for workflows and steps."""
+
+    @property
+    def description(self) -> str:
+        """A human-readable name for the store, with no credentials in it."""
+        ...
+
+    async def open(self) -> None:
+        """Connect. Called once before any other operation."""
+        ...
+
+    async def close(self) -> None:
+        """Release every connection."""
+        ...
+
+    async def apply_schema(self) -> None:
+        """Create the durable tables and indexes if they do not exist."""
+        ...
+
+    # -- enqueue and read side ------------------------------------------------
+
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
+        """Insert pending workflows, all in one statement and one transaction."""
+        ...
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        """Read one workflow row, or ``None`` when no such id exists."""
+        ...
+
+    async def list_workflows(
+        self,
+        *,
+        status: WorkflowStatus | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[WorkflowRecord]:
+        """The newest workflows first, optionally filtered."""
+        ...
+
+    async def load_steps(self, workflow_id: str) -> list[StepRecord]:
+        """Every recorded step of a workflow, ordered by index, in one query."""
+        ...
+
+    async def retry_workflow(self, workflow_id: str) -> None:
+        """Put a failed or cancelled workflow back to pending with a fresh attempt budget.
+
+        Its succeeded steps stay cached, so the retry resumes where it stopped.
+        """
+        ...
+
+    async def cancel_workflow(self, workflow_id: str) -> None:
+        """Mark a pending or running workflow cancelled; a running body loses its lease."""
+        ...
+
+    # -- execution side (every write is fenced by the lease) ------------------
+
+    async def acquire(
+        self, workflow_id: str, *, worker_id: str, lease_seconds: float, due_only: bool = True
+    ) -> ClaimedWorkflow | None:
+        """Take the lease on one specific runnable workflow, incrementing ``attempts``.
+
+        Runnable means pending (and due, when ``due_only``) or running with an
+        expired lease. Returns ``None`` when it is not runnable.
+        """
+        ...
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        """Record that a step is running with this input (insert, or reset a failed/running row)."""
+        ...
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        """Record a step's output and mark it succeeded."""
+        ...
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        """Record a step's error and mark it failed."""
+        ...
+
+    async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
+        """Extend the lease to ``lease_seconds`` from now."""
+        ...
+
+    async def settle(
+        self,
+        lease: Lease,
+        status: WorkflowStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_delay_seconds: float = 0.0,
+    ) -> None:
+        """End the current attempt and release the lease.
+
+        ``status`` is ``succeeded`` (with ``output``), ``failed`` (with ``error``)
+        or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with ``error``).
+        """
+        ...
+
+
+@runtime_checkable
+class Claimer(Protocol):
+    """Hands runnable workflows to workers."""
+
+    async def claim(
+        self, *, worker_id: str, limit: int, lease_seconds: float
+    ) -> list[ClaimedWorkflow]:
+        """Lease up to ``limit`` runnable workflows at once.
+
+        Runnable means pending and due, or running with an expired lease; each
+        claimed row has ``attempts`` incremented.
+        """
+        ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when new work may be available, or after ``timeout`` seconds."""
+        ...

@@ -1,0 +1,218 @@
+"""``WorkflowWorker``: claims workflows and runs them, at most ``concurrency`` at once.
+
+The first SIGINT or SIGTERM stops claiming and waits for every in-flight
+workflow to settle, then ``run()`` returns. A second signal cancels the
+in-flight bodies at once; their leases are left to expire and another worker
+reclaims them (``attempts`` goes up), so nothing is lost either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import uuid
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from . import hooks
+from .config import WorkflowConfig
+from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
+from .executor import Executor
+from .records import ClaimedWorkflow
+from .registry import Registry, default_registry
+from .store import Claimer, Store
+
+logger = logging.getLogger("durable_core.worker")
+
+_MAX_CLAIM_BACKOFF = 5.0
+
+
+def default_worker_id() -> str:
+    """``host:pid:random``, unique per worker process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class WorkflowWorker:
+    """Drains workflows from a store that can claim (PostgreSQL)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: WorkflowConfig | None = None,
+        *,
+        registry: Registry | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.config = (config or WorkflowConfig.from_env()).validate()
+        self.registry = registry or default_registry
+        self.store = store
+        self.worker_id = worker_id or default_worker_id()
+        self.executor = Executor(store, self.config, registry=self.registry)
+        self._in_flight = 0
+        self._stopping = False
+        self._wake = anyio.Event()
+        self._slot_free = anyio.Event()
+        self._claimed_total = 0
+
+    @property
+    def in_flight(self) -> int:
+        """How many workflows this worker is running now."""
+        return self._in_flight
+
+    @property
+    def claimed_total(self) -> int:
+        """How many workflows this worker has claimed since it started."""
+        return self._claimed_total
+
+    def _claimer(self) -> Claimer:
+        if isinstance(self.store, Claimer):
+            return self.store
+        raise ClaimNotSupportedError.for_store(self.store.description)
+
+    def stop(self) -> None:
+        """Stop claiming; ``run()`` returns once in-flight workflows have settled."""
+        self._stopping = True
+        self._wake.set()
+        self._slot_free.set()
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Claim and run workflows until :meth:`stop` (or a signal, with ``handle_signals``).
+
+        Raises :class:`ClaimNotSupportedError` at the first claim on a store without
+        a claimer, and :class:`DuplicateWorkflowError` before claiming when two
+        functions share a workflow name.
+        """
+        self.registry.assert_no_duplicates()
+        claimer = self._claimer()
+        logger.info(
+            "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows",
+            self.worker_id, self.config.concurrency, self.config.lock_timeout_secs,
+            self.config.poll_interval_ms, len(self.registry.names()),
+            extra={"worker_id": self.worker_id},
+        )
+        hooks.notify(
+            "durable_worker_started", worker_id=self.worker_id, concurrency=self.config.concurrency
+        )
+        async with anyio.create_task_group() as outer:
+            if handle_signals:
+                outer.start_soon(self._watch_signals, outer)
+            async with anyio.create_task_group() as running:
+                await self._claim_loop(claimer, running)
+                logger.info(
+                    "worker %s stopping: waiting for %d in-flight workflows",
+                    self.worker_id, self._in_flight, extra={"worker_id": self.worker_id},
+                )
+                hooks.notify(
+                    "durable_worker_stopping", worker_id=self.worker_id, in_flight=self._in_flight
+                )
+            outer.cancel_scope.cancel()
+        logger.info("worker %s stopped", self.worker_id, extra={"worker_id": self.worker_id})
+
+    async def _watch_signals(self, outer: TaskGroup) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if not self._stopping:
+                    logger.info(
+                        "received %s: no new claims; finishing %d in-flight workflows "
+                        "(send it again to stop at once)",
+                        signal.Signals(signum).name, self._in_flight,
+                        extra={"worker_id": self.worker_id},
+                    )
+                    self.stop()
+                else:
+                    logger.warning(
+                        "received %s again: abandoning %d in-flight workflows; their leases "
+                        "expire and another worker reclaims them",
+                        signal.Signals(signum).name, self._in_flight,
+                        extra={"worker_id": self.worker_id},
+                    )
+                    outer.cancel_scope.cancel()
+                    return
+
+    async def _claim_loop(self, claimer: Claimer, running: TaskGroup) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            free = self.config.concurrency - self._in_flight
+            if free <= 0:
+                self._slot_free = anyio.Event()
+                await self._slot_free.wait()
+                continue
+            try:
+                claimed = await claimer.claim(
+                    worker_id=self.worker_id,
+                    limit=free,
+                    lease_seconds=self.config.lock_timeout_secs,
+                )
+            except ClaimNotSupportedError:
+                raise
+            except StoreUnavailableError as exc:
+                logger.warning(
+                    "claim failed, retrying in %.1fs: %s", backoff, exc,
+                    extra={"worker_id": self.worker_id},
+                )
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, _MAX_CLAIM_BACKOFF)
+                continue
+            backoff = 0.1
+            for item in claimed:
+                self._in_flight += 1
+                self._claimed_total += 1
+                running.start_soon(self._run_one, item)
+            if len(claimed) < free and not self._stopping:
+                await self._wait_for_work(claimer)
+
+    async def _wait_for_work(self, claimer: Claimer) -> None:
+        self._wake = anyio.Event()
+        if self._stopping:
+            return
+        async with anyio.create_task_group() as waiters:
+
+            async def notified() -> None:
+                try:
+                    await claimer.wait_for_work(self.config.poll_interval)
+                except FrameworkError as exc:
+                    logger.warning("waiting for work failed: %s", exc,
+                                   extra={"worker_id": self.worker_id})
+                    await anyio.sleep(self.config.poll_interval)
+                waiters.cancel_scope.cancel()
+
+            async def stopped() -> None:
+                await self._wake.wait()
+                waiters.cancel_scope.cancel()
+
+            waiters.start_soon(notified)
+            waiters.start_soon(stopped)
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake = anyio.Event()
+        if self._stopping:
+            return
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+
+    async def _run_one(self, claimed: ClaimedWorkflow) -> None:
+        fields: dict[str, Any] = {
+            "worker_id": self.worker_id,
+            "workflow_id": claimed.id,
+            "attempts": claimed.attempts,
+            "max_attempts": claimed.max_attempts,
+        }
+        try:
+            await self.executor.run(claimed)
+        except FrameworkError as exc:
+            logger.error(
+                "could not settle workflow %s (%s); its lease will expire and it will be "
+                "reclaimed", claimed.id, exc, extra={**fields, "outcome": "unsettled"},
+            )
+        except Exception:
+            logger.exception(
+                "internal error running workflow %s; its lease will expire and it will be "
+                "reclaimed", claimed.id, extra={**fields, "outcome": "unsettled"},
+            )
+        finally:
+            self._in_flight -= 1
+            self._slot_free.set()

@@ -1,0 +1,20 @@
+"""Entry-point plugin: resolves ``mysql://`` and ``mariadb://`` URLs to a :class:`MySQLStore`."""
+
+from __future__ import annotations
+
+from durable_core.hooks import hookimpl
+from durable_core.store import Store
+
+
+@hookimpl
+def durable_store_from_url(url: str) -> Store | None:
+    if not url.startswith(("mysql:", "mysql+aiomysql:", "mariadb:", "mariadb+aiomysql:")):
+        return None
+    from .store import MySQLStore
+
+    return MySQLStore(url)
+
+
+@hookimpl
+def durable_store_url_forms() -> list[str]:
+    return ["mysql://user:password@host:3306/dbname", "mariadb://user:password@host:3306/dbname"]

@@ -1,0 +1,20 @@
+"""Entry-point plugin: resolves ``sqlite://`` URLs to a :class:`SQLiteStore`."""
+
+from __future__ import annotations
+
+from durable_core.hooks import hookimpl
+from durable_core.store import Store
+
+
+@hookimpl
+def durable_store_from_url(url: str) -> Store | None:
+    if not url.startswith(("sqlite:", "sqlite+aiosqlite:")):
+        return None
+    from .store import SQLiteStore
+
+    return SQLiteStore(url)
+
+
+@hookimpl
+def durable_store_url_forms() -> list[str]:
+    return ["sqlite:///relative/path.db", "sqlite:////absolute/path.db"]

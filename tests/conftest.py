@@ -1,0 +1,69 @@
+"""Shared fixtures. Tests talk to real databases; an unreachable one fails the run."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from durable_sqlite import SQLiteStore
+
+POSTGRES_URL = os.environ.get(
+    "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/durable_test"
+)
+MYSQL_URL = os.environ.get("DURABLE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/durable_test")
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is not None and inspect.iscoroutinefunction(function):
+            item.add_marker(pytest.mark.anyio)
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    """A fresh SQLite file with the schema applied."""
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'durable.db'}")
+    await store.open()
+    await store.apply_schema()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _split_database(url: str) -> tuple[str, str]:
+    match = re.match(r"^(.*/)([^/?]+)(\?.*)?$", url)
+    if not match:
+        raise RuntimeError(f"test database URL {url!r} names no database")
+    return match.group(2), match.group(1) + "postgres" + (match.group(3) or "")
+
+
+@pytest.fixture(scope="session")
+async def postgres_url() -> str:
+    """The test PostgreSQL database, created if missing. Unreachable means failure, not skip."""
+    import asyncpg
+
+    name, admin_url = _split_database(POSTGRES_URL)
+    plain_admin = admin_url.replace("postgresql+asyncpg://", "postgresql://")
+    try:
+        conn = await asyncpg.connect(plain_admin, timeout=10)
+    except Exception as exc:
+        pytest.fail(f"PostgreSQL is required at {POSTGRES_URL} and cannot be reached: {exc}")
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if not exists:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return POSTGRES_URL
