@@ -46,7 +46,10 @@ def store_from_url(url: str) -> Store:
         )
         raise InvalidDatabaseURLError(
             f"no installed backend accepts {redact(url)!r}. Installed backends accept: "
-            + (", ".join(url_forms()) or "none (install durable-core[postgres], [sqlite] or [mysql])")
+            + (
+                ", ".join(url_forms())
+                or "none (install durable-core[postgres], [sqlite] or [mysql])"
+            )
             + broken
         )
     return store  # type: ignore[no-any-return]

@@ -92,14 +92,19 @@ def _read(env: Mapping[str, str], setting: _Setting) -> int:
     except ValueError:
         logger.warning(
             "%s=%r is not a whole number; using the default %d",
-            setting.env, raw, setting.default,
+            setting.env,
+            raw,
+            setting.default,
             extra={"setting": setting.env, "raw": raw, "used": setting.default},
         )
         return setting.default
     if value < setting.minimum:
         logger.warning(
             "%s=%d is below the minimum %d; clamped to %d",
-            setting.env, value, setting.minimum, setting.minimum,
+            setting.env,
+            value,
+            setting.minimum,
+            setting.minimum,
             extra={"setting": setting.env, "raw": raw, "used": setting.minimum},
         )
         return setting.minimum

@@ -114,7 +114,8 @@ class Executor:
         try:
             return await self._run(attempt)
         except LeaseLostError:
-            return self._lease_lost(attempt)
+            self._lease_lost(attempt)
+            return None
 
     async def _run(self, attempt: _Attempt) -> WorkflowStatus:
         claimed = attempt.claimed
@@ -179,7 +180,8 @@ class Executor:
             lambda: self.store.settle(lease, WorkflowStatus.SUCCEEDED, output=output)
         )
         logger.info(
-            "workflow %s succeeded", attempt.claimed.name,
+            "workflow %s succeeded",
+            attempt.claimed.name,
             extra={**attempt.fields, "outcome": "succeeded"},
         )
         hooks.notify("durable_workflow_succeeded", output=output, **attempt.fields)
@@ -212,7 +214,12 @@ class Executor:
             )
             logger.warning(
                 "workflow %s attempt %d/%d failed (%s: %s); retrying in %.1fs",
-                claimed.name, claimed.attempts, claimed.max_attempts, record["type"], exc, delay,
+                claimed.name,
+                claimed.attempts,
+                claimed.max_attempts,
+                record["type"],
+                exc,
+                delay,
                 extra={**attempt.fields, "outcome": "retry", "error_type": record["type"]},
             )
             hooks.notify(
@@ -222,7 +229,11 @@ class Executor:
         await attempt.persist(lambda: self.store.settle(lease, WorkflowStatus.FAILED, error=error))
         logger.error(
             "workflow %s failed on attempt %d/%d (%s: %s)",
-            claimed.name, claimed.attempts, claimed.max_attempts, record["type"], exc,
+            claimed.name,
+            claimed.attempts,
+            claimed.max_attempts,
+            record["type"],
+            exc,
             extra={**attempt.fields, "outcome": "failed", "error_type": record["type"]},
         )
         hooks.notify("durable_workflow_failed", error=record, **attempt.fields)
@@ -230,8 +241,8 @@ class Executor:
 
     def _lease_lost(self, attempt: _Attempt) -> None:
         logger.warning(
-            "lost the lease on workflow %s; another worker owns it now", attempt.claimed.id,
+            "lost the lease on workflow %s; another worker owns it now",
+            attempt.claimed.id,
             extra={**attempt.fields, "outcome": "lease_lost"},
         )
         hooks.notify("durable_lease_lost", **attempt.fields)
-        return None

@@ -107,9 +107,7 @@ class WorkflowHandle(Generic[R]):
         error = load_error(record.error)
         if record.status in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
             message = (error or {}).get("message", "no error recorded")
-            raise WorkflowFailedError(
-                f"workflow {self.id} {record.status.value}: {message}", error
-            )
+            raise WorkflowFailedError(f"workflow {self.id} {record.status.value}: {message}", error)
         raise WorkflowNotFinishedError(
             f"workflow {self.id} is {record.status.value}; it has no output yet (use wait())"
         )

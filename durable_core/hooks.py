@@ -15,7 +15,7 @@ from typing import Any
 
 import pluggy
 
-from .store import Store
+from .store import EmbeddedDatabase, Store
 
 PROJECT = "durable_core"
 ENTRY_POINT_GROUP = "durable_core"
@@ -30,12 +30,16 @@ class StoreSpec:
     """Hooks a backend implements to be found by database URL."""
 
     @hookspec(firstresult=True)
-    def durable_store_from_url(self, url: str) -> Store | None:  # type: ignore[empty-body]
+    def durable_store_from_url(self, url: str) -> Store | None:
         """Return a (not yet opened) store for ``url``, or ``None`` if the URL is not yours."""
 
     @hookspec
     def durable_store_url_forms(self) -> list[str]:  # type: ignore[empty-body]
         """The URL forms this backend accepts, for error messages (e.g. ``sqlite:///path``)."""
+
+    @hookspec(firstresult=True)
+    def durable_embedded_database(self, data_dir: str | None) -> EmbeddedDatabase | None:
+        """A database to start when no URL is given (the PostgreSQL backend ships one)."""
 
 
 class ObserverSpec:
@@ -149,8 +153,12 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
             plugin = entry_point.load()
         except Exception as exc:
             broken_plugins[entry_point.name] = f"{entry_point.value}: {type(exc).__name__}: {exc}"
-            logger.error("durable_core plugin %r (%s) failed to load: %s",
-                         entry_point.name, entry_point.value, exc)
+            logger.error(
+                "durable_core plugin %r (%s) failed to load: %s",
+                entry_point.name,
+                entry_point.value,
+                exc,
+            )
             continue
         manager.register(plugin, name=entry_point.name)
 
@@ -191,6 +199,8 @@ def notify(event: str, **fields: Any) -> None:
             impl.function(**{arg: fields[arg] for arg in impl.argnames})
         except Exception:
             logger.exception(
-                "observer %s raised in %s; ignored", impl.plugin_name, event,
+                "observer %s raised in %s; ignored",
+                impl.plugin_name,
+                event,
                 extra={key: fields[key] for key in ("workflow_id", "worker_id") if key in fields},
             )

@@ -6,7 +6,12 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from .errors import DuplicateWorkflowError, NotAWorkflowError, RegistrationError, UnknownWorkflowError
+from .errors import (
+    DuplicateWorkflowError,
+    NotAWorkflowError,
+    RegistrationError,
+    UnknownWorkflowError,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -139,7 +144,7 @@ def workflow(
     def decorate(func: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
         if not inspect.iscoroutinefunction(func):
             raise RegistrationError(
-                f"@workflow needs an `async def`; {qualified_name(func)} is not a coroutine function"
+                f"@workflow needs an `async def`; {qualified_name(func)} is not one"
             )
         if max_attempts is not None and max_attempts < 1:
             raise RegistrationError(f"max_attempts must be at least 1, got {max_attempts}")

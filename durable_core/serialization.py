@@ -589,12 +589,14 @@ def _resolve(o: dict[str, Any], kind: str, check: Callable[[Any], bool]) -> Any:
                 raise _DecodeError(
                     f"{o[_TAG]!r} object names type {ref!r}, which does not exist"
                 ) from exc
-        if not check(found):
-            raise _DecodeError(
-                f"{o[_TAG]!r} object names {ref!r}, which is a {_type_name(type(found))}, "
-                f"not {kind}"
-            )
         _resolved[ref] = found
+    if not check(found):  # checked on every use: one name may appear under several tags
+        described = (
+            f"the class {_type_name(found)}"
+            if isinstance(found, type)
+            else f"a {_type_name(type(found))}"
+        )
+        raise _DecodeError(f"{o[_TAG]!r} object names {ref!r}, which is {described}, not {kind}")
     return found
 
 
@@ -743,7 +745,8 @@ def _dec_dataclass(o: dict[str, Any]) -> object:
     unknown = stored.keys() - init.keys() - late.keys()
     if unknown:
         raise _DecodeError(
-            f"stored fields {sorted(unknown)!r} are not fields of dataclass {_type_name(cls)}"
+            f"'dataclass' object: stored fields {sorted(unknown)!r} are not fields of "
+            f"{_type_name(cls)}"
         )
     obj = cls(**init)
     for name, x in late.items():

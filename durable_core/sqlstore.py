@@ -166,7 +166,9 @@ class SQLAlchemyStore:
             await conn.commit()
 
     @asynccontextmanager
-    async def _connect(self, operation: str, *, begin: bool = True) -> AsyncIterator[AsyncConnection]:
+    async def _connect(
+        self, operation: str, *, begin: bool = True
+    ) -> AsyncIterator[AsyncConnection]:
         try:
             if begin:
                 async with self.engine.begin() as conn:
@@ -233,7 +235,9 @@ class SQLAlchemyStore:
     async def _require_exists(self, conn: AsyncConnection, workflow_id: str) -> str:
         row = (await conn.execute(sa.select(wf.c.status).where(wf.c.id == workflow_id))).first()
         if row is None:
-            raise WorkflowNotFoundError(f"no workflow with id {workflow_id!r} in {self._description}")
+            raise WorkflowNotFoundError(
+                f"no workflow with id {workflow_id!r} in {self._description}"
+            )
         return str(row.status)
 
     async def retry_workflow(self, workflow_id: str) -> None:
@@ -359,7 +363,15 @@ class SQLAlchemyStore:
             sa.literal(1, sa.Integer),
             sa.literal(now, schema.UTCDateTime()),
         ).where(self._holds(lease))
-        columns = ["workflow_id", "step_index", "step_name", "status", "input", "attempts", "started_at"]
+        columns = [
+            "workflow_id",
+            "step_index",
+            "step_name",
+            "status",
+            "input",
+            "attempts",
+            "started_at",
+        ]
         dialect = self.engine.dialect.name
         if dialect in ("mysql", "mariadb"):
             my = mysql.insert(st).from_select(columns, source)
@@ -375,7 +387,7 @@ class SQLAlchemyStore:
             )
         module: Any = postgresql if dialect == "postgresql" else sqlite
         ins = module.insert(st).from_select(columns, source)
-        return ins.on_conflict_do_update(
+        upsert: sa.Executable = ins.on_conflict_do_update(
             index_elements=[st.c.workflow_id, st.c.step_index],
             set_={
                 "step_name": ins.excluded.step_name,
@@ -388,6 +400,7 @@ class SQLAlchemyStore:
                 "completed_at": None,
             },
         )
+        return upsert
 
     async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
         stmt = self._upsert_running_step(lease, step_index, step_name, input, self._now())

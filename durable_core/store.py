@@ -145,3 +145,16 @@ class Claimer(Protocol):
     async def wait_for_work(self, timeout: float) -> None:
         """Return when new work may be available, or after ``timeout`` seconds."""
         ...
+
+
+@runtime_checkable
+class EmbeddedDatabase(Protocol):
+    """A database server the library can start itself, for use without any set-up."""
+
+    async def start(self) -> str:
+        """Start (or attach to) the server; return a database URL for it."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the server if this process started it."""
+        ...

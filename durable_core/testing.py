@@ -38,7 +38,9 @@ class WorkflowRunner:
         self.store = store
         self.worker_id = worker_id
 
-    async def run_once(self, workflow: WorkflowHandle[object] | str, *, due_only: bool = False) -> WorkflowStatus:
+    async def run_once(
+        self, workflow: WorkflowHandle[object] | str, *, due_only: bool = False
+    ) -> WorkflowStatus:
         """Run one attempt of a workflow; return its status afterwards.
 
         With ``due_only=False`` (the default) a retry waiting out its backoff runs now.
@@ -62,12 +64,18 @@ class WorkflowRunner:
         self, workflow: WorkflowHandle[object] | str, *, max_runs: int = 100
     ) -> WorkflowStatus:
         """Run attempts, skipping backoff, until the workflow reaches a terminal status."""
-        handle = workflow if isinstance(workflow, WorkflowHandle) else WorkflowHandle(self.store, workflow)
+        handle = (
+            workflow
+            if isinstance(workflow, WorkflowHandle)
+            else WorkflowHandle(self.store, workflow)
+        )
         status = await handle.status()
         runs = 0
         while not status.is_terminal:
             if runs >= max_runs:
-                raise InvalidStateError(f"workflow {handle.id} still {status.value} after {runs} runs")
+                raise InvalidStateError(
+                    f"workflow {handle.id} still {status.value} after {runs} runs"
+                )
             status = await self.run_once(handle)
             runs += 1
         return status

@@ -90,8 +90,11 @@ class WorkflowWorker:
         claimer = self._claimer()
         logger.info(
             "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows",
-            self.worker_id, self.config.concurrency, self.config.lock_timeout_secs,
-            self.config.poll_interval_ms, len(self.registry.names()),
+            self.worker_id,
+            self.config.concurrency,
+            self.config.lock_timeout_secs,
+            self.config.poll_interval_ms,
+            len(self.registry.names()),
             extra={"worker_id": self.worker_id},
         )
         hooks.notify(
@@ -104,7 +107,9 @@ class WorkflowWorker:
                 await self._claim_loop(claimer, running)
                 logger.info(
                     "worker %s stopping: waiting for %d in-flight workflows",
-                    self.worker_id, self._in_flight, extra={"worker_id": self.worker_id},
+                    self.worker_id,
+                    self._in_flight,
+                    extra={"worker_id": self.worker_id},
                 )
                 hooks.notify(
                     "durable_worker_stopping", worker_id=self.worker_id, in_flight=self._in_flight
@@ -119,7 +124,8 @@ class WorkflowWorker:
                     logger.info(
                         "received %s: no new claims; finishing %d in-flight workflows "
                         "(send it again to stop at once)",
-                        signal.Signals(signum).name, self._in_flight,
+                        signal.Signals(signum).name,
+                        self._in_flight,
                         extra={"worker_id": self.worker_id},
                     )
                     self.stop()
@@ -127,7 +133,8 @@ class WorkflowWorker:
                     logger.warning(
                         "received %s again: abandoning %d in-flight workflows; their leases "
                         "expire and another worker reclaims them",
-                        signal.Signals(signum).name, self._in_flight,
+                        signal.Signals(signum).name,
+                        self._in_flight,
                         extra={"worker_id": self.worker_id},
                     )
                     outer.cancel_scope.cancel()
@@ -151,7 +158,9 @@ class WorkflowWorker:
                 raise
             except StoreUnavailableError as exc:
                 logger.warning(
-                    "claim failed, retrying in %.1fs: %s", backoff, exc,
+                    "claim failed, retrying in %.1fs: %s",
+                    backoff,
+                    exc,
                     extra={"worker_id": self.worker_id},
                 )
                 await self._sleep(backoff)
@@ -175,8 +184,9 @@ class WorkflowWorker:
                 try:
                     await claimer.wait_for_work(self.config.poll_interval)
                 except FrameworkError as exc:
-                    logger.warning("waiting for work failed: %s", exc,
-                                   extra={"worker_id": self.worker_id})
+                    logger.warning(
+                        "waiting for work failed: %s", exc, extra={"worker_id": self.worker_id}
+                    )
                     await anyio.sleep(self.config.poll_interval)
                 waiters.cancel_scope.cancel()
 
@@ -205,13 +215,17 @@ class WorkflowWorker:
             await self.executor.run(claimed)
         except FrameworkError as exc:
             logger.error(
-                "could not settle workflow %s (%s); its lease will expire and it will be "
-                "reclaimed", claimed.id, exc, extra={**fields, "outcome": "unsettled"},
+                "could not settle workflow %s (%s); its lease will expire and it will be reclaimed",
+                claimed.id,
+                exc,
+                extra={**fields, "outcome": "unsettled"},
             )
         except Exception:
             logger.exception(
                 "internal error running workflow %s; its lease will expire and it will be "
-                "reclaimed", claimed.id, extra={**fields, "outcome": "unsettled"},
+                "reclaimed",
+                claimed.id,
+                extra={**fields, "outcome": "unsettled"},
             )
         finally:
             self._in_flight -= 1

@@ -40,7 +40,8 @@ class SQLiteStore(SQLAlchemyStore):
     def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
         parsed = normalize_url(url)
         super().__init__(
-            parsed, description=f"SQLite database {parsed.database or ':memory:'}",
+            parsed,
+            description=f"SQLite database {parsed.database or ':memory:'}",
             engine_options=engine_options,
         )
 

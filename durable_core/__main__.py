@@ -1,0 +1,7 @@
+"""``python -m durable_core`` is the ``durable`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

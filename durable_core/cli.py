@@ -1,0 +1,331 @@
+"""The ``durable`` command: run a worker, apply the schema, inspect and steer workflows."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+
+from .backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
+from .config import WorkflowConfig
+from .errors import ConfigurationError, FrameworkError
+from .failures import load_error
+from .hooks import plugin_manager
+from .records import WorkflowStatus
+from .registry import default_registry
+from .store import EmbeddedDatabase, Store
+
+EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"
+APP_ENV = "DURABLE_APP"
+
+logger = logging.getLogger("durable_core.cli")
+
+
+class _WorkerFields(logging.Formatter):
+    """Appends the structured fields (worker_id, workflow_id, attempts...) to each line."""
+
+    FIELDS = ("worker_id", "workflow_id", "attempts", "max_attempts", "outcome")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = [f"{name}={getattr(record, name)}" for name in self.FIELDS if hasattr(record, name)]
+        return f"{line} [{' '.join(extra)}]" if extra else line
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_WorkerFields("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def import_app(modules: Sequence[str], bootstrap: str | None) -> Callable[[], Any] | None:
+    """Import the user's workflow modules; return the bootstrap callable, if any."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigurationError(f"cannot import workflow module {name!r}: {exc}") from exc
+    if bootstrap is None:
+        return None
+    module_name, _, attribute = bootstrap.partition(":")
+    if not attribute:
+        raise ConfigurationError(f"--bootstrap takes module:function, got {bootstrap!r}")
+    try:
+        module = importlib.import_module(module_name)
+        function: Callable[[], Any] = getattr(module, attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load bootstrap {bootstrap!r}: {exc}") from exc
+    return function
+
+
+@asynccontextmanager
+async def opened_store(url: str | None, embedded_dir: str | None) -> AsyncIterator[Store]:
+    """Open the store for ``url``; with no URL, start the embedded PostgreSQL for it."""
+    url = url or database_url_from_env()
+    embedded: EmbeddedDatabase | None = None
+    if url is None:
+        data_dir = embedded_dir or os.environ.get(EMBEDDED_DIR_ENV) or None
+        embedded = plugin_manager().hook.durable_embedded_database(data_dir=data_dir)
+        if embedded is None:
+            raise ConfigurationError(
+                f"no database URL given ({DATABASE_URL_ENV} is unset) and no embedded database "
+                "is installed: pip install 'durable-core[embedded]' or set a URL"
+            )
+        url = await embedded.start()
+        logger.info("no %s set: using the embedded PostgreSQL at %s", DATABASE_URL_ENV, url)
+    store = store_from_url(url)
+    try:
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+    finally:
+        if embedded is not None:
+            await embedded.stop()
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    from .worker import WorkflowWorker
+
+    bootstrap = import_app(args.app, args.bootstrap)
+    if bootstrap is not None:
+        result = bootstrap()
+        if inspect.isawaitable(result):
+            await result
+    default_registry.assert_no_duplicates()
+    config = WorkflowConfig.from_env()
+    if args.concurrency is not None:
+        config = WorkflowConfig(
+            poll_interval_ms=config.poll_interval_ms,
+            concurrency=args.concurrency,
+            lock_timeout_secs=config.lock_timeout_secs,
+            max_attempts=config.max_attempts,
+            retry_backoff_secs=config.retry_backoff_secs,
+        )
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        if args.migrate:
+            await store.apply_schema()
+        worker = WorkflowWorker(store, config, worker_id=args.worker_id)
+        await worker.run(handle_signals=True)
+    return 0
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        await store.apply_schema()
+        print(f"durable tables applied to {store.description}")
+    return 0
+
+
+def _alembic(args: argparse.Namespace) -> int:
+    from .migrations import versions_dir_from_ini, write_revision
+
+    down = args.down_revision
+    if args.versions_dir:
+        versions = args.versions_dir
+    else:
+        versions, head = versions_dir_from_ini(args.config)
+        down = down or head
+    path = write_revision(versions, down_revision=down)
+    print(f"wrote {path}")
+    return 0
+
+
+def _status(value: str | None) -> WorkflowStatus | None:
+    if value is None:
+        return None
+    try:
+        return WorkflowStatus(value)
+    except ValueError:
+        choices = ", ".join(s.value for s in WorkflowStatus)
+        raise ConfigurationError(f"unknown status {value!r}; one of {choices}") from None
+
+
+async def _list(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        records = await store.list_workflows(
+            status=_status(args.status), name=args.name, limit=args.limit
+        )
+    if args.json:
+        print(json.dumps([_record_json(r) for r in records], indent=2))
+        return 0
+    print(f"{'id':36}  {'status':9}  {'attempts':8}  {'created':19}  name")
+    for r in records:
+        created = r.created_at.strftime("%Y-%m-%d %H:%M:%S")
+        print(
+            f"{r.id:36}  {r.status.value:9}  {r.attempts}/{r.max_attempts:<6}  {created}  {r.name}"
+        )
+    return 0
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "name": record.name,
+        "status": record.status.value,
+        "attempts": record.attempts,
+        "max_attempts": record.max_attempts,
+        "created_at": record.created_at.isoformat(),
+        "run_at": record.run_at.isoformat(),
+        "completed_at": record.completed_at.isoformat() if record.completed_at else None,
+        "input": record.input,
+        "output": record.output,
+        "error": load_error(record.error),
+    }
+
+
+async def _show(args: argparse.Namespace) -> int:
+    from .handle import WorkflowHandle
+
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        handle: WorkflowHandle[Any] = WorkflowHandle(store, args.workflow_id)
+        record = await handle.info()
+        steps = await handle.steps()
+    if args.json:
+        data = _record_json(record)
+        data["steps"] = [
+            {
+                "index": s.step_index,
+                "name": s.step_name,
+                "status": s.status.value,
+                "attempts": s.attempts,
+                "input": s.input,
+                "output": s.output,
+                "error": load_error(s.error),
+            }
+            for s in steps
+        ]
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"workflow  {record.id}\nname      {record.name}\nstatus    {record.status.value}")
+    print(f"attempts  {record.attempts}/{record.max_attempts}\ninput     {record.input}")
+    if record.output is not None:
+        print(f"output    {record.output}")
+    error = load_error(record.error)
+    if error:
+        where = (
+            f" in step {error.get('step_index')} ({error.get('step_name')})"
+            if error.get("step_name")
+            else ""
+        )
+        print(f"error     {error.get('type')}: {error.get('message')}{where}")
+        if args.traceback and error.get("traceback"):
+            print(error["traceback"])
+    print("steps:")
+    for s in steps:
+        print(f"  {s.step_index:>3}  {s.status.value:9}  runs={s.attempts}  {s.step_name}")
+    return 0
+
+
+async def _retry(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        await store.retry_workflow(args.workflow_id)
+    print(f"workflow {args.workflow_id} is pending again; its succeeded steps stay cached")
+    return 0
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        await store.cancel_workflow(args.workflow_id)
+    print(f"workflow {args.workflow_id} cancelled")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``durable`` command."""
+    parser = argparse.ArgumentParser(
+        prog="durable", description="Durable workflows: worker, schema and operations."
+    )
+    parser.add_argument("--log-level", default=os.environ.get("DURABLE_LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_database(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--database-url",
+            help=f"database URL (default: ${DATABASE_URL_ENV}; unset: embedded PostgreSQL)",
+        )
+        sub.add_argument(
+            "--embedded-dir",
+            help=f"data folder of the embedded PostgreSQL (default: ${EMBEDDED_DIR_ENV} "
+            "or .durable/pgdata)",
+        )
+        return sub
+
+    worker = with_database(commands.add_parser("worker", help="claim and run workflows"))
+    worker.add_argument(
+        "-a",
+        "--app",
+        action="append",
+        default=[m for m in os.environ.get(APP_ENV, "").split(",") if m],
+        help=f"module defining workflows (repeatable; default: ${APP_ENV}, comma-separated)",
+    )
+    worker.add_argument("--bootstrap", help="module:function to call once before claiming")
+    worker.add_argument("--concurrency", type=int, help="overrides WORKFLOW_CONCURRENCY")
+    worker.add_argument("--worker-id", help="default: host:pid:random")
+    worker.add_argument("--migrate", action="store_true", help="apply the schema first")
+    worker.set_defaults(run=_worker)
+
+    migrate = with_database(commands.add_parser("migrate", help="create the durable tables"))
+    migrate.set_defaults(run=_migrate)
+
+    alembic = commands.add_parser("alembic", help="write the Alembic revision into your project")
+    alembic.add_argument("--config", default="alembic.ini", help="your alembic.ini")
+    alembic.add_argument("--versions-dir", help="write here instead of alembic.ini's versions")
+    alembic.add_argument("--down-revision", help="default: the current head")
+    alembic.set_defaults(run=_alembic, sync=True)
+
+    listing = with_database(commands.add_parser("list", help="list workflows, newest first"))
+    listing.add_argument("--status", choices=[s.value for s in WorkflowStatus])
+    listing.add_argument("--name")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(run=_list)
+
+    show = with_database(commands.add_parser("show", help="inspect one workflow and its steps"))
+    show.add_argument("workflow_id")
+    show.add_argument("--traceback", action="store_true")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(run=_show)
+
+    retry = with_database(commands.add_parser("retry", help="run a failed workflow again"))
+    retry.add_argument("workflow_id")
+    retry.set_defaults(run=_retry)
+
+    cancel = with_database(commands.add_parser("cancel", help="cancel a workflow"))
+    cancel.add_argument("workflow_id")
+    cancel.set_defaults(run=_cancel)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``durable`` and ``python -m durable_core``."""
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.log_level)
+    try:
+        if getattr(args, "sync", False):
+            code: int = args.run(args)
+        else:
+            code = anyio.run(args.run, args)
+    except FrameworkError as exc:
+        print(f"durable: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+def run() -> None:
+    """Console-script wrapper: exit with :func:`main`'s code."""
+    sys.exit(main())
