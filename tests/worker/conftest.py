@@ -1,0 +1,116 @@
+"""Fixtures for tests that run real worker processes against PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from durable_postgres import PostgresStore
+from tests.worker.app import SIDE_TABLE_DDL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plain(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+@pytest.fixture
+async def pg(postgres_url: str) -> AsyncIterator[PostgresStore]:
+    """An open PostgresStore on empty tables, with the ``step_runs`` side table."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    await store.apply_schema()
+    conn = await asyncpg.connect(plain(postgres_url))
+    try:
+        await conn.execute(SIDE_TABLE_DDL)
+        await conn.execute("TRUNCATE workflow_steps, workflows, step_runs")
+    finally:
+        await conn.close()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def sql(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A plain connection for asserting on what the database holds."""
+    conn = await asyncpg.connect(plain(postgres_url))
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+class Workers:
+    """Starts `durable worker` processes and makes sure none outlives the test."""
+
+    def __init__(self, url: str, log_dir: Path) -> None:
+        self.url = url
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, **env: str | int) -> subprocess.Popen[bytes]:
+        environment = {
+            **os.environ,
+            "DURABLE_DATABASE_URL": self.url,
+            "PYTHONPATH": str(ROOT),
+            "WORKFLOW_POLL_INTERVAL_MS": "200",
+            **{key: str(value) for key, value in env.items()},
+        }
+        log = open(self.log_dir / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "durable_core", "worker",
+                "--app", "tests.worker.app",
+                "--bootstrap", "tests.worker.app:bootstrap",
+            ],
+            env=environment,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        index = self.procs.index(proc)
+        return (self.log_dir / f"worker-{index}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workers(postgres_url: str, pg: PostgresStore, tmp_path: Path) -> Iterator[Workers]:
+    manager = Workers(postgres_url, tmp_path)
+    try:
+        yield manager
+    finally:
+        manager.stop_all()
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float, what: str, interval: float = 0.05
+) -> None:
+    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    import anyio
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await anyio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,123 @@
+"""The worker run in the test's own process, where its store calls can be counted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import asyncpg
+
+from durable_core import DurableClient, WorkflowConfig, WorkflowStatus, workflow, workflow_step
+from durable_core.records import Lease
+from durable_core.worker import WorkflowWorker
+from durable_postgres import PostgresStore
+
+finished: list[str] = []
+
+
+class CountingStore(PostgresStore):
+    """The real PostgreSQL store, noting when it renews leases and settles."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.heartbeats: list[float] = []
+        self.settled_at: float | None = None
+
+    async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
+        self.heartbeats.append(time.monotonic())
+        await super().heartbeat(lease, lease_seconds)
+
+    async def settle(self, lease: Lease, status: WorkflowStatus, **kwargs: Any) -> None:
+        await super().settle(lease, status, **kwargs)
+        self.settled_at = time.monotonic()
+
+
+@workflow_step
+async def nap(seconds: float, tag: str) -> str:
+    await anyio.sleep(seconds)
+    finished.append(tag)
+    return tag
+
+
+@workflow
+async def napping(seconds: float, tag: str) -> str:
+    return await nap(seconds, tag)
+
+
+async def run_worker_until(
+    store: PostgresStore, config: WorkflowConfig, done: anyio.Event
+) -> WorkflowWorker:
+    worker = WorkflowWorker(store, config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await done.wait()
+        worker.stop()
+    return worker
+
+
+async def test_heartbeat_renews_during_the_body_and_never_after_it_settles(
+    pg: PostgresStore, postgres_url: str
+) -> None:
+    store = CountingStore(postgres_url)
+    await store.open()
+    try:
+        handle = await DurableClient(store).start_workflow(napping, 2.2, "renewed")
+        config = WorkflowConfig(lock_timeout_secs=1, poll_interval_ms=50, concurrency=1)
+        done = anyio.Event()
+
+        async def watch() -> None:
+            await handle.wait_with_timeout(30)
+            await anyio.sleep(1.6)
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await run_worker_until(store, config, done)
+        assert await handle.status() is WorkflowStatus.SUCCEEDED
+        assert (await handle.info()).attempts == 1
+        assert store.settled_at is not None
+        before = [t for t in store.heartbeats if t <= store.settled_at]
+        after = [t for t in store.heartbeats if t > store.settled_at]
+        assert len(before) >= 3, f"renewed every 0.5 s during a 2.2 s step: {len(before)}"
+        assert after == [], "no renewal after the workflow settled"
+    finally:
+        await store.close()
+
+
+async def test_a_worker_that_loses_its_lease_stops_the_body(
+    pg: PostgresStore, postgres_url: str, sql: asyncpg.Connection
+) -> None:
+    finished.clear()
+    handle = await DurableClient(pg).start_workflow(napping, 5.0, "stolen")
+    config = WorkflowConfig(lock_timeout_secs=1, poll_interval_ms=50, concurrency=1)
+    done = anyio.Event()
+
+    async def steal() -> None:
+        for _ in range(200):
+            if await sql.fetchval("SELECT count(*) FROM workflow_steps"):
+                break
+            await anyio.sleep(0.02)
+        await sql.execute(
+            "UPDATE workflows SET lock_token = 'another-owner', "
+            "locked_until = now() + interval '1 hour'"
+        )
+        stolen_at = time.monotonic()
+        while await sql.fetchval("SELECT status FROM workflow_steps") == "running":
+            if time.monotonic() - stolen_at > 1.5:
+                break
+            await anyio.sleep(0.05)
+        done.set()
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(steal)
+        worker = await run_worker_until(pg, config, done)
+    assert time.monotonic() - started < 4.5, "the 5 s body was cancelled, not awaited"
+    assert worker.in_flight == 0
+    assert finished == [], "the step body was stopped before it finished"
+    row = await sql.fetchrow("SELECT status, lock_token, output FROM workflows")
+    assert (row["status"], row["lock_token"], row["output"]) == ("running", "another-owner", None)
+    step = await sql.fetchrow("SELECT status, output FROM workflow_steps")
+    assert (step["status"], step["output"]) == ("running", None)
+    assert await handle.status() is WorkflowStatus.RUNNING
