@@ -1,0 +1,131 @@
+"""The `durable` command, run as a real subprocess against real databases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from durable_core import DurableClient, WorkflowStatus, workflow, workflow_step
+from durable_core.testing import WorkflowRunner
+from durable_sqlite import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def durable(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_core", "--log-level", "WARNING", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+@workflow_step
+async def greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@workflow_step
+async def explode(text: str) -> None:
+    raise ValueError(f"cannot deliver {text!r}")
+
+
+@workflow(max_attempts=1)
+async def doomed(name: str) -> None:
+    await explode(await greet(name))
+
+
+async def failed_workflow(store: SQLiteStore) -> str:
+    handle = await DurableClient(store).start_workflow(doomed, "ada")
+    assert await WorkflowRunner(store).run_until_complete(handle) is WorkflowStatus.FAILED
+    return handle.id
+
+
+def test_migrate_creates_the_tables(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    result = durable("migrate", "--database-url", url)
+    assert result.returncode == 0, result.stderr
+    tables = sa.inspect(sa.create_engine(url)).get_table_names()
+    assert {"workflows", "workflow_steps"} <= set(tables)
+    assert durable("migrate", "--database-url", url).returncode == 0, "migrate is idempotent"
+
+
+async def test_show_says_why_and_on_which_step_a_workflow_failed(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    workflow_id = await failed_workflow(sqlite_store)
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    shown = durable("show", workflow_id, "--database-url", url)
+    assert shown.returncode == 0, shown.stderr
+    assert "status    failed" in shown.stdout
+    assert "builtins.ValueError: cannot deliver 'hello ada'" in shown.stdout
+    assert "in step 1 (tests.test_cli.explode)" in shown.stdout
+    data = json.loads(durable("show", workflow_id, "--json", "--database-url", url).stdout)
+    assert data["status"] == "failed" and data["error"]["step_name"] == "tests.test_cli.explode"
+    assert [s["status"] for s in data["steps"]] == ["succeeded", "failed"]
+
+    listed = json.loads(durable("list", "--status", "failed", "--json", "--database-url", url).stdout)
+    assert [item["id"] for item in listed] == [workflow_id]
+    assert json.loads(durable("list", "--status", "pending", "--json", "--database-url", url).stdout) == []
+
+
+async def test_retry_and_cancel(sqlite_store: SQLiteStore, tmp_path: Path) -> None:
+    workflow_id = await failed_workflow(sqlite_store)
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    retried = durable("retry", workflow_id, "--database-url", url)
+    assert retried.returncode == 0, retried.stderr
+    record = await sqlite_store.get_workflow(workflow_id)
+    assert record is not None and record.status is WorkflowStatus.PENDING and record.attempts == 0
+    steps = await sqlite_store.load_steps(workflow_id)
+    assert steps[0].status.value == "succeeded", "the succeeded step stays cached"
+
+    cancelled = durable("cancel", workflow_id, "--database-url", url)
+    assert cancelled.returncode == 0, cancelled.stderr
+    record = await sqlite_store.get_workflow(workflow_id)
+    assert record is not None and record.status is WorkflowStatus.CANCELLED
+
+    again = durable("cancel", workflow_id, "--database-url", url)
+    assert again.returncode == 2
+    assert "only pending or running workflows can be cancelled" in again.stderr
+
+
+def test_bad_input_gets_one_clear_line_and_exit_2(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    assert durable("migrate", "--database-url", url).returncode == 0
+    missing = durable("show", "no-such-id", "--database-url", url)
+    assert missing.returncode == 2 and "no workflow with id 'no-such-id'" in missing.stderr
+    unknown = durable("list", "--database-url", "nosuch://host/db")
+    assert unknown.returncode == 2
+    assert "no installed backend accepts" in unknown.stderr
+    assert "postgresql://" in unknown.stderr and "sqlite:///" in unknown.stderr
+    no_tables = durable("list", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}")
+    assert no_tables.returncode == 2 and "durable migrate" in no_tables.stderr
+    assert "Traceback" not in missing.stderr + unknown.stderr + no_tables.stderr
+
+
+def test_worker_refuses_to_boot_on_duplicate_workflow_names(tmp_path: Path) -> None:
+    result = durable(
+        "worker", "--app", "tests.duplicate_app", "--database-url", f"sqlite:///{tmp_path}/d.db"
+    )
+    assert result.returncode == 2
+    assert "'tests.clash' is registered by 2 functions" in result.stderr
+    assert "first_definition" in result.stderr and "second_definition" in result.stderr
+
+
+def test_alembic_writes_the_revision_once(tmp_path: Path) -> None:
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    written = durable("alembic", "--versions-dir", str(versions), "--down-revision", "abc123")
+    assert written.returncode == 0, written.stderr
+    [revision] = versions.glob("*_create_durable_workflow_tables.py")
+    text = revision.read_text()
+    assert "down_revision: str | None = 'abc123'" in text
+    assert "op.create_table('workflows'" in text and "op.create_table('workflow_steps'" in text
+    twice = durable("alembic", "--versions-dir", str(versions))
+    assert twice.returncode == 2 and "already exists" in twice.stderr
