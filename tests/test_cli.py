@@ -70,9 +70,12 @@ async def test_show_says_why_and_on_which_step_a_workflow_failed(
     assert data["status"] == "failed" and data["error"]["step_name"] == "tests.test_cli.explode"
     assert [s["status"] for s in data["steps"]] == ["succeeded", "failed"]
 
-    listed = json.loads(durable("list", "--status", "failed", "--json", "--database-url", url).stdout)
-    assert [item["id"] for item in listed] == [workflow_id]
-    assert json.loads(durable("list", "--status", "pending", "--json", "--database-url", url).stdout) == []
+    def listed(status: str) -> list[str]:
+        result = durable("list", "--status", status, "--json", "--database-url", url)
+        return [item["id"] for item in json.loads(result.stdout)]
+
+    assert listed("failed") == [workflow_id]
+    assert listed("pending") == []
 
 
 async def test_retry_and_cancel(sqlite_store: SQLiteStore, tmp_path: Path) -> None:

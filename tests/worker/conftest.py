@@ -70,9 +70,14 @@ class Workers:
         log = open(self.log_dir / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "durable_core", "worker",
-                "--app", "tests.worker.app",
-                "--bootstrap", "tests.worker.app:bootstrap",
+                sys.executable,
+                "-m",
+                "durable_core",
+                "worker",
+                "--app",
+                "tests.worker.app",
+                "--bootstrap",
+                "tests.worker.app:bootstrap",
             ],
             env=environment,
             cwd=ROOT,

@@ -12,7 +12,6 @@ import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import asyncpg
 import pytest
 
@@ -48,7 +47,9 @@ async def restartable() -> AsyncIterator[str]:
     if _cluster_status() is None:
         subprocess.run(
             ["pg_createcluster", _version(), CLUSTER, "-p", str(PORT), "--", "--auth=trust"],
-            check=True, capture_output=True, timeout=120,
+            check=True,
+            capture_output=True,
+            timeout=120,
         )
     if _cluster_status() != "online":
         _ctl("start")
@@ -73,14 +74,16 @@ async def test_workers_survive_a_postgres_restart_under_load(
         handles = await DurableClient(store).start_workflows(
             app.three_steps, [(n,) for n in range(total)]
         )
-        procs = [workers.start(WORKFLOW_CONCURRENCY=8, WORKFLOW_LOCK_TIMEOUT_SECS=5)
-                 for _ in range(2)]
+        procs = [
+            workers.start(WORKFLOW_CONCURRENCY=8, WORKFLOW_LOCK_TIMEOUT_SECS=5) for _ in range(2)
+        ]
         sql = await asyncpg.connect(restartable)
 
         async def some_done() -> bool:
-            return await sql.fetchval(
-                "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
-            ) >= total // 4
+            return (
+                await sql.fetchval("SELECT count(*) FROM workflows WHERE status = 'succeeded'")
+                >= total // 4
+            )
 
         await eventually(some_done, timeout=120, what="a quarter of the workflows to succeed")
         settled_before = {
@@ -97,9 +100,12 @@ async def test_workers_survive_a_postgres_restart_under_load(
 
             async def all_done() -> bool:
                 try:
-                    return await sql.fetchval(
-                        "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
-                    ) == total
+                    return (
+                        await sql.fetchval(
+                            "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
+                        )
+                        == total
+                    )
                 except asyncpg.PostgresError:
                     return False
 
@@ -132,4 +138,3 @@ async def test_workers_survive_a_postgres_restart_under_load(
     finally:
         workers.stop_all()
         await store.close()
-        await anyio.sleep(0)

@@ -156,8 +156,15 @@ async def test_notify_wakes_an_idle_worker_well_before_the_poll_interval(
 async def test_worker_on_a_store_without_claims_exits_non_zero(tmp_path: object) -> None:
     result = subprocess.run(
         [
-            sys.executable, "-m", "durable_core", "worker", "--app", "tests.worker.app",
-            "--database-url", f"sqlite:///{tmp_path}/x.db", "--migrate",
+            sys.executable,
+            "-m",
+            "durable_core",
+            "worker",
+            "--app",
+            "tests.worker.app",
+            "--database-url",
+            f"sqlite:///{tmp_path}/x.db",
+            "--migrate",
         ],
         capture_output=True,
         text=True,
