@@ -121,7 +121,7 @@ async def _worker(args: argparse.Namespace) -> int:
             await store.apply_schema()
         worker = WorkflowWorker(store, config, worker_id=args.worker_id)
         await worker.run(handle_signals=True)
-    return 0
+    return 1 if worker.abandoned else 0
 
 
 async def _migrate(args: argparse.Namespace) -> int:

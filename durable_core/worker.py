@@ -57,11 +57,18 @@ class WorkflowWorker:
         self._wake = anyio.Event()
         self._slot_free = anyio.Event()
         self._claimed_total = 0
+        self._abandoned = False
+        self._fatal: FrameworkError | None = None
 
     @property
     def in_flight(self) -> int:
         """How many workflows this worker is running now."""
         return self._in_flight
+
+    @property
+    def abandoned(self) -> bool:
+        """True when a second signal stopped the worker without waiting for in-flight work."""
+        return self._abandoned
 
     @property
     def claimed_total(self) -> int:
@@ -115,6 +122,8 @@ class WorkflowWorker:
                     "durable_worker_stopping", worker_id=self.worker_id, in_flight=self._in_flight
                 )
             outer.cancel_scope.cancel()
+        if self._fatal is not None:
+            raise self._fatal
         logger.info("worker %s stopped", self.worker_id, extra={"worker_id": self.worker_id})
 
     async def _watch_signals(self, outer: TaskGroup) -> None:
@@ -137,6 +146,7 @@ class WorkflowWorker:
                         self._in_flight,
                         extra={"worker_id": self.worker_id},
                     )
+                    self._abandoned = True
                     outer.cancel_scope.cancel()
                     return
 
@@ -154,8 +164,12 @@ class WorkflowWorker:
                     limit=free,
                     lease_seconds=self.config.lock_timeout_secs,
                 )
-            except ClaimNotSupportedError:
-                raise
+            except ClaimNotSupportedError as exc:
+                # Leave the task groups cleanly so run() raises this error itself,
+                # not an ExceptionGroup wrapping it.
+                self._fatal = exc
+                self._stopping = True
+                return
             except StoreUnavailableError as exc:
                 logger.warning(
                     "claim failed, retrying in %.1fs: %s",

@@ -212,3 +212,25 @@ async def test_a_zombie_whose_lease_was_reclaimed_cannot_write_or_settle(
     zombie.send_signal(signal.SIGTERM)
     owner.send_signal(signal.SIGTERM)
     assert zombie.wait(timeout=30) == 0 and owner.wait(timeout=30) == 0
+
+
+async def test_a_second_signal_abandons_in_flight_work_to_be_reclaimed(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    handle = await DurableClient(pg).start_workflow(app.killed_mid_step, 1)
+    proc = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
+
+    async def hanging() -> bool:
+        return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'hang'"))
+
+    await eventually(hanging, timeout=30, what="the worker to enter the hanging step")
+    proc.send_signal(signal.SIGTERM)
+    await anyio.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 1
+    assert "abandoning 1 in-flight workflows" in workers.log(proc)
+    assert await handle.status() is WorkflowStatus.RUNNING
+
+    workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
+    assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
+    assert (await handle.info()).attempts == 2
