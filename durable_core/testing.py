@@ -12,6 +12,8 @@ test can observe the row between attempts.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import WorkflowConfig
 from .errors import InvalidStateError
 from .executor import Executor
@@ -39,7 +41,7 @@ class WorkflowRunner:
         self.worker_id = worker_id
 
     async def run_once(
-        self, workflow: WorkflowHandle[object] | str, *, due_only: bool = False
+        self, workflow: WorkflowHandle[Any] | str, *, due_only: bool = False
     ) -> WorkflowStatus:
         """Run one attempt of a workflow; return its status afterwards.
 
@@ -61,7 +63,7 @@ class WorkflowRunner:
         return await WorkflowHandle(self.store, workflow_id).status()
 
     async def run_until_complete(
-        self, workflow: WorkflowHandle[object] | str, *, max_runs: int = 100
+        self, workflow: WorkflowHandle[Any] | str, *, max_runs: int = 100
     ) -> WorkflowStatus:
         """Run attempts, skipping backoff, until the workflow reaches a terminal status."""
         handle = (
