@@ -140,6 +140,12 @@ class CorruptRecordError(StoreError, SerializationError):
     retryable = False
 
 
+class ValueTooLargeError(StoreError):
+    """A value is larger than the store accepts in one write; nothing was written."""
+
+    retryable = False
+
+
 __all__ = [
     "ClaimNotSupportedError",
     "ConfigurationError",
@@ -160,6 +166,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "UnknownWorkflowError",
+    "ValueTooLargeError",
     "WaitTimeoutError",
     "WorkflowFailedError",
     "WorkflowNotFinishedError",

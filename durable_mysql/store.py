@@ -1,25 +1,56 @@
-"""``MySQLStore``: the portable SQLAlchemy store over aiomysql, for MariaDB 10.6+ and MySQL 8."""
+"""``MySQLStore``: the portable SQLAlchemy store over aiomysql, for MariaDB 10.6+ and MySQL 8.
+
+The tables are ``utf8mb4`` with a binary collation (names and ids compare
+exactly, emoji included), JSON columns are ``LONGTEXT`` and times
+``DATETIME(6)``. Sessions run in strict SQL mode, so an over-long value is an
+error rather than silently truncated. SQLAlchemy's MySQL dialect connects with
+the ``CLIENT_FOUND_ROWS`` flag, so an UPDATE's rowcount counts the rows it
+matched even when it changed nothing: the fenced writes rely on that.
+
+A statement larger than the server's ``max_allowed_packet`` makes the server
+drop the connection, which looks like an outage. The store measures large
+values first and refuses them with :class:`ValueTooLargeError` instead.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from durable_core.errors import InvalidDatabaseURLError
-from durable_core.sqlstore import SQLAlchemyStore
+from durable_core.errors import InvalidDatabaseURLError, ValueTooLargeError
+from durable_core.records import Lease, NewWorkflow, WorkflowStatus
+from durable_core.sqlstore import SQLAlchemyStore, translate_error
 
 _SCHEMES = ("mysql", "mariadb")
+
+STRICT_MODE = (
+    "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')"
+)
+
+# Characters the driver escapes with a backslash (each takes two bytes on the wire).
+_ESCAPED = ("\\", "'", '"', "\n", "\r", "\x00", "\x1a")
+# Values whose encoded size stays under this never need the server's limit.
+_ALWAYS_FITS = 1 << 20
+# Room left in a packet for the statement text and the other columns.
+_STATEMENT_MARGIN = 64 * 1024
 
 
 def normalize_url(url: str | sa.URL) -> sa.URL:
     """Accept ``mysql://``, ``mariadb://`` or ``mysql+aiomysql://``; return the aiomysql form."""
     try:
         parsed = sa.make_url(url)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:
         raise InvalidDatabaseURLError(f"malformed MySQL URL {str(url)!r}: {exc}") from None
     if parsed.get_backend_name() not in _SCHEMES:
         raise InvalidDatabaseURLError(f"not a MySQL/MariaDB URL: {str(url)!r}")
+    if parsed.get_driver_name() not in ("aiomysql", "mysqldb", "pymysql"):
+        raise InvalidDatabaseURLError(
+            f"MySQL URL {parsed.render_as_string(hide_password=True)!r} names driver "
+            f"{parsed.get_driver_name()!r}; durable-core uses aiomysql"
+        )
     if not parsed.database:
         raise InvalidDatabaseURLError(
             f"MySQL URL {parsed.render_as_string(hide_password=True)!r} names no database"
@@ -29,6 +60,18 @@ def normalize_url(url: str | sa.URL) -> sa.URL:
     return parsed.set(drivername="mysql+aiomysql", query=query)
 
 
+def wire_size(texts: Iterable[str | None]) -> int:
+    """An upper bound of the bytes ``texts`` take in a statement, escapes included."""
+    total = 0
+    for text in texts:
+        if text:
+            encoded = len(text.encode("utf-8"))
+            if encoded >= _ALWAYS_FITS // 2:
+                encoded += sum(text.count(char) for char in _ESCAPED)
+            total += encoded
+    return total
+
+
 class MySQLStore(SQLAlchemyStore):
     """A store in MySQL or MariaDB. It enqueues and persists in full but cannot claim."""
 
@@ -36,8 +79,98 @@ class MySQLStore(SQLAlchemyStore):
         parsed = normalize_url(url)
         engine_options.setdefault("pool_pre_ping", True)
         engine_options.setdefault("pool_recycle", 3600)
+        connect_args = dict(engine_options.get("connect_args") or {})
+        connect_args.setdefault("init_command", STRICT_MODE)
+        engine_options["connect_args"] = connect_args
         super().__init__(
             parsed,
             description=f"MySQL database {parsed.database} on {parsed.host or 'localhost'}",
             engine_options=engine_options,
         )
+        self._max_packet: int | None = None
+
+    async def close(self) -> None:
+        self._max_packet = None
+        await super().close()
+
+    async def max_allowed_packet(self) -> int:
+        """The server's ``max_allowed_packet`` in bytes (read once per open)."""
+        if self._max_packet is None:
+            async with self._connect("reading max_allowed_packet", begin=False) as conn:
+                result = await conn.exec_driver_sql("SELECT @@max_allowed_packet")
+                self._max_packet = int(result.scalar_one())
+        return self._max_packet
+
+    async def _check_size(self, operation: str, *texts: str | None) -> None:
+        size = wire_size(texts)
+        if size < _ALWAYS_FITS:
+            return
+        limit = await self.max_allowed_packet()
+        if size + _STATEMENT_MARGIN > limit:
+            raise ValueTooLargeError(
+                f"{operation} on {self.description}: {size} bytes of values do not fit the "
+                f"server's max_allowed_packet of {limit} bytes, so nothing was written. Raise "
+                "max_allowed_packet (e.g. `SET GLOBAL max_allowed_packet = 1073741824` and in "
+                "the server config) or store a smaller value."
+            )
+
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
+        for row in workflows:
+            await self._check_size(f"enqueue of workflow {row.id}", row.input, row.name)
+        await super().enqueue(workflows)
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        await self._check_size(f"start_step {step_index}", input, step_name)
+        await super().start_step(lease, step_index, step_name, input)
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        await self._check_size(f"complete_step {step_index}", output)
+        await super().complete_step(lease, step_index, output)
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        await self._check_size(f"fail_step {step_index}", error)
+        await super().fail_step(lease, step_index, error)
+
+    async def settle(
+        self,
+        lease: Lease,
+        status: WorkflowStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_delay_seconds: float = 0.0,
+    ) -> None:
+        await self._check_size(f"settle as {status.value}", output, error)
+        await super().settle(
+            lease, status, output=output, error=error, retry_delay_seconds=retry_delay_seconds
+        )
+
+
+async def ensure_database(url: str | sa.URL) -> None:
+    """Create the database ``url`` names if it is missing (``utf8mb4``, binary collation).
+
+    Raises :class:`~durable_core.errors.StoreUnavailableError` when the server
+    cannot be reached.
+    """
+    parsed = normalize_url(url)
+    name = str(parsed.database)
+    description = f"MySQL server {parsed.host or 'localhost'}:{parsed.port or 3306}"
+    server = sa.URL.create(
+        parsed.drivername,
+        username=parsed.username,
+        password=parsed.password,
+        host=parsed.host,
+        port=parsed.port,
+        query=parsed.query,
+    )
+    engine = create_async_engine(server)
+    quoted = "`" + name.replace("`", "``") + "`"
+    try:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(
+                f"CREATE DATABASE IF NOT EXISTS {quoted} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+            )
+    except (sa.exc.SQLAlchemyError, OSError) as exc:
+        raise translate_error(exc, operation="ensure_database", description=description) from exc
+    finally:
+        await engine.dispose()

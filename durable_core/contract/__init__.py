@@ -1,0 +1,73 @@
+"""The store contract suite: the tests every durable-core store must pass.
+
+It ships as a pytest plugin (entry point ``durable_core_contract``, loaded
+automatically once durable-core is installed). A store author writes one
+fixture and subclasses the contract classes::
+
+    # tests/test_my_store.py
+    import pytest
+    from durable_core.contract import NoClaimerContract, StoreContract
+
+    from my_store import MyStore
+
+
+    @pytest.fixture
+    async def durable_store(tmp_path):
+        store = MyStore(f"my+sqlite:///{tmp_path / 'durable.db'}")
+        await store.open()
+        await store.apply_schema()  # the tables must start empty
+        yield store
+        await store.close()
+
+
+    class TestMyStore(StoreContract, NoClaimerContract):
+        pass
+
+A store that claims (a :class:`~durable_core.store.Claimer`) adds
+:class:`ClaimerContract` instead of :class:`NoClaimerContract`. Optional
+fixtures: ``durable_second_store`` (a second instance on the same database,
+for the concurrency tests) and ``durable_tamper`` (to corrupt rows; the
+default works for stores that expose a SQLAlchemy ``engine``). The suite runs
+on asyncio through anyio's pytest plugin; the classes pin ``anyio_backend``.
+With plugin autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), pass
+``-p anyio -p durable_core.contract.plugin``.
+
+The names below are imported on first use, so the plugin, which pytest loads
+in every session, registers none of the suite's workflows until a test
+module asks for a contract class.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .claimer_contract import ClaimerContract, NoClaimerContract
+    from .store_contract import StoreContract
+    from .support import Tamper, default_tamper, engine_tamper
+
+_WHERE = {
+    "ClaimerContract": "claimer_contract",
+    "NoClaimerContract": "claimer_contract",
+    "StoreContract": "store_contract",
+    "Tamper": "support",
+    "default_tamper": "support",
+    "engine_tamper": "support",
+}
+
+__all__ = [
+    "ClaimerContract",
+    "NoClaimerContract",
+    "StoreContract",
+    "Tamper",
+    "default_tamper",
+    "engine_tamper",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

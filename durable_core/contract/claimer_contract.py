@@ -1,0 +1,197 @@
+"""``ClaimerContract`` for stores that claim work, ``NoClaimerContract`` for those that do not."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from ..client import DurableClient
+from ..config import WorkflowConfig
+from ..errors import ClaimNotSupportedError, LeaseLostError
+from ..records import ClaimedWorkflow, StepStatus, WorkflowStatus
+from ..store import Claimer, Store
+from ..worker import WorkflowWorker
+from . import workflows as wfs
+from .support import new_workflow, unique_name
+
+
+def _claimer(store: Store) -> Claimer:
+    assert isinstance(store, Claimer), f"{store.description} does not implement Claimer"
+    return store
+
+
+class ClaimerContract:
+    """What a store that hands out work (a :class:`~durable_core.store.Claimer`) must do.
+
+    Uses the same fixtures as :class:`~durable_core.contract.StoreContract` and, because
+    a claim takes whatever is runnable, needs ``durable_store`` to start with empty tables.
+    ``wakes_on_enqueue`` says whether ``wait_for_work`` returns early when work arrives
+    (PostgreSQL's LISTEN/NOTIFY does); a polling claimer sets it to ``False``.
+    """
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    short_lease: ClassVar[float] = 0.05
+    wakes_on_enqueue: ClassVar[bool] = True
+
+    @pytest.fixture(scope="session")
+    @classmethod
+    def anyio_backend(cls) -> str:
+        """The stores run on asyncio."""
+        return "asyncio"
+
+    async def enqueue(self, store: Store, count: int, **options: Any) -> list[str]:
+        rows = [new_workflow(**options) for _ in range(count)]
+        await store.enqueue(rows)
+        return [row.id for row in rows]
+
+    async def test_claim_leases_due_workflows(self, durable_store: Store) -> None:
+        due = await self.enqueue(durable_store, 3, max_attempts=5)
+        await self.enqueue(durable_store, 1, delay_seconds=60)
+        claimed = await _claimer(durable_store).claim(worker_id="w1", limit=10, lease_seconds=30)
+        assert sorted(c.id for c in claimed) == sorted(due)
+        assert len({c.lease.token for c in claimed}) == 3
+        for item in claimed:
+            assert (item.attempts, item.max_attempts, item.lease.worker_id) == (1, 5, "w1")
+            record = await durable_store.get_workflow(item.id)
+            assert record is not None
+            assert (record.status, record.locked_by) == (WorkflowStatus.RUNNING, "w1")
+
+    async def test_claim_respects_the_limit(self, durable_store: Store) -> None:
+        ids = await self.enqueue(durable_store, 5)
+        claimer = _claimer(durable_store)
+        first = await claimer.claim(worker_id="w", limit=2, lease_seconds=30)
+        rest = await claimer.claim(worker_id="w", limit=10, lease_seconds=30)
+        assert (len(first), len(rest)) == (2, 3)
+        assert sorted(c.id for c in first + rest) == sorted(ids)
+        assert await claimer.claim(worker_id="w", limit=10, lease_seconds=30) == []
+
+    async def test_claim_skips_held_and_finished_workflows(self, durable_store: Store) -> None:
+        held, done, cancelled, free = await self.enqueue(durable_store, 4)
+        assert await durable_store.acquire(held, worker_id="other", lease_seconds=30) is not None
+        finished = await durable_store.acquire(done, worker_id="other", lease_seconds=30)
+        assert finished is not None
+        await durable_store.settle(finished.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.cancel_workflow(cancelled)
+        claimed = await _claimer(durable_store).claim(worker_id="w", limit=10, lease_seconds=30)
+        assert [c.id for c in claimed] == [free]
+
+    async def test_claim_reclaims_expired_leases(self, durable_store: Store) -> None:
+        ids = await self.enqueue(durable_store, 2)
+        claimer = _claimer(durable_store)
+        first = await claimer.claim(worker_id="w1", limit=10, lease_seconds=self.short_lease)
+        await durable_store.start_step(first[0].lease, 0, "s", '"in"')
+        await durable_store.complete_step(first[0].lease, 0, '"cached"')
+        await anyio.sleep(self.short_lease * 2 + 0.05)
+        second = await claimer.claim(worker_id="w2", limit=10, lease_seconds=30)
+        assert sorted(c.id for c in second) == sorted(ids)
+        assert all(c.attempts == 2 and c.lease.worker_id == "w2" for c in second)
+        assert not {c.lease.token for c in first} & {c.lease.token for c in second}
+        with pytest.raises(LeaseLostError):
+            await durable_store.heartbeat(first[0].lease, 30)
+        again = next(c for c in second if c.id == first[0].id)
+        if again.steps is not None:
+            assert again.steps == tuple(await durable_store.load_steps(again.id))
+            assert again.steps[0].status is StepStatus.SUCCEEDED
+
+    async def test_concurrent_claims_never_hand_out_a_workflow_twice(
+        self, durable_store: Store, durable_second_store: Store
+    ) -> None:
+        ids = await self.enqueue(durable_store, 30)
+        claimers = (_claimer(durable_store), _claimer(durable_second_store))
+        got: list[ClaimedWorkflow] = []
+
+        async def worker(number: int) -> None:
+            while True:
+                batch = await claimers[number % 2].claim(
+                    worker_id=f"w{number}", limit=4, lease_seconds=30
+                )
+                if not batch:
+                    return
+                got.extend(batch)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                for number in range(4):
+                    group.start_soon(worker, number)
+        assert sorted(c.id for c in got) == sorted(ids)
+
+    async def test_wait_for_work_returns_by_its_timeout(self, durable_store: Store) -> None:
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            await _claimer(durable_store).wait_for_work(0.2)
+        assert time.monotonic() - started < 2.0
+
+    async def test_wait_for_work_wakes_when_work_arrives(
+        self, durable_store: Store, durable_second_store: Store
+    ) -> None:
+        timeout = 5.0 if self.wakes_on_enqueue else 0.3
+        started = time.monotonic()
+        async with anyio.create_task_group() as group:
+
+            async def enqueue_soon() -> None:
+                await anyio.sleep(0.1)
+                await self.enqueue(durable_second_store, 1)
+
+            group.start_soon(enqueue_soon)
+            with anyio.fail_after(timeout + 5):
+                await _claimer(durable_store).wait_for_work(timeout)
+        elapsed = time.monotonic() - started
+        limit = 2.0 if self.wakes_on_enqueue else timeout + 2.0
+        assert elapsed < limit, f"wait_for_work took {elapsed:.2f}s after work arrived"
+
+    @pytest.fixture
+    def key(self) -> Iterator[str]:
+        value = unique_name("key")
+        yield value
+        wfs.forget(value)
+
+    async def test_a_worker_runs_a_workflow_that_retries(
+        self, durable_store: Store, key: str
+    ) -> None:
+        wfs.FAILURES[key] = 1
+        config = WorkflowConfig(poll_interval_ms=20, retry_backoff_secs=0, concurrency=2)
+        worker = WorkflowWorker(durable_store, config, worker_id="contract-worker")
+        handle = await DurableClient(durable_store).start_workflow(wfs.three_steps, key)
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            status = await handle.wait_with_timeout(15)
+            worker.stop()
+        assert status is WorkflowStatus.SUCCEEDED
+        assert wfs.CALLS[key] == ["one", "two", "two", "three"]
+        assert worker.in_flight == 0
+
+
+class NoClaimerContract:
+    """What a store that cannot claim must do: refuse clearly, at the first claim."""
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    @pytest.fixture(scope="session")
+    @classmethod
+    def anyio_backend(cls) -> str:
+        """The stores run on asyncio."""
+        return "asyncio"
+
+    async def test_claim_raises_claim_not_supported(self, durable_store: Store) -> None:
+        if isinstance(durable_store, Claimer):
+            with pytest.raises(ClaimNotSupportedError, match="PostgreSQL"):
+                await durable_store.claim(worker_id="w", limit=1, lease_seconds=30)
+            with pytest.raises(ClaimNotSupportedError):
+                await durable_store.wait_for_work(0.01)
+        else:
+            assert not hasattr(durable_store, "claim")
+
+    async def test_the_worker_stops_at_its_first_claim(self, durable_store: Store) -> None:
+        row = new_workflow()
+        await durable_store.enqueue([row])
+        worker = WorkflowWorker(durable_store, WorkflowConfig(poll_interval_ms=10))
+        with anyio.fail_after(10), pytest.raises(ClaimNotSupportedError, match="PostgreSQL"):
+            await worker.run()
+        record = await durable_store.get_workflow(row.id)
+        assert record is not None
+        assert (record.status, record.attempts) == (WorkflowStatus.PENDING, 0)

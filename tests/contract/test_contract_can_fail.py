@@ -1,0 +1,139 @@
+"""The contract suite can fail: stores that are wrong in one way each fail it.
+
+The suite runs in a pytester sandbox, which has none of this project's
+conftest files, so these runs also show that a plugin author needs nothing but
+the installed plugin, a ``durable_store`` fixture and a subclass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_core.hooks import plugin_manager
+
+pytest_plugins = ["pytester"]
+
+# Load the entry-point plugins now: pytester forgets every module first imported while it
+# exists, and the process-wide plugin manager would go on holding the forgotten copies.
+plugin_manager()
+
+DOUBLES = '''
+from datetime import timedelta
+
+import pytest
+
+from durable_core.errors import LeaseLostError
+from durable_core.contract import NoClaimerContract, StoreContract
+from durable_core.schema import workflows
+from durable_sqlite import SQLiteStore
+
+
+class HeartbeatIgnoresToken(SQLiteStore):
+    """Renews the lease of whoever asks, checking only that the workflow exists."""
+
+    async def heartbeat(self, lease, lease_seconds):
+        now = self._now()
+        stmt = workflows.update().where(workflows.c.id == lease.workflow_id).values(
+            locked_until=now + timedelta(seconds=lease_seconds), updated_at=now
+        )
+        async with self.engine.begin() as conn:
+            result = await conn.execute(stmt)
+        if result.rowcount == 0:
+            raise LeaseLostError(f"no workflow {lease.workflow_id}")
+
+
+class MisorderedSteps(SQLiteStore):
+    """Returns the steps newest index first."""
+
+    async def load_steps(self, workflow_id):
+        return sorted(await super().load_steps(workflow_id), key=lambda s: -s.step_index)
+
+
+class ReclaimKeepsAttempts(SQLiteStore):
+    """Does not count the attempt when it takes over an expired lease."""
+
+    async def acquire(self, workflow_id, *, worker_id, lease_seconds, due_only=True):
+        before = await self.get_workflow(workflow_id)
+        claimed = await super().acquire(
+            workflow_id, worker_id=worker_id, lease_seconds=lease_seconds, due_only=due_only
+        )
+        if claimed is None or before is None or before.status.value != "running":
+            return claimed
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                workflows.update().where(workflows.c.id == workflow_id).values(
+                    attempts=before.attempts
+                )
+            )
+        return type(claimed)(
+            id=claimed.id, name=claimed.name, input=claimed.input, attempts=before.attempts,
+            max_attempts=claimed.max_attempts, lease=claimed.lease,
+        )
+
+
+def store_fixture(cls):
+    @pytest.fixture
+    async def durable_store(self, tmp_path):
+        store = cls(f"sqlite:///{tmp_path / 'contract.db'}")
+        await store.open()
+        await store.apply_schema()
+        yield store
+        await store.close()
+
+    return durable_store
+
+
+class TestHeartbeatIgnoresToken(StoreContract, NoClaimerContract):
+    durable_store = store_fixture(HeartbeatIgnoresToken)
+
+
+class TestMisorderedSteps(StoreContract):
+    durable_store = store_fixture(MisorderedSteps)
+
+
+class TestReclaimKeepsAttempts(StoreContract):
+    durable_store = store_fixture(ReclaimKeepsAttempts)
+'''
+
+
+def run_class(pytester: pytest.Pytester, cls: str, *options: str) -> dict[str, list[str]]:
+    """Run one class of the doubles; the names of the tests that passed, failed or skipped."""
+    pytester.makepyfile(test_doubles=DOUBLES)
+    reprec = pytester.inline_run("-p", "no:cacheprovider", f"test_doubles.py::{cls}", *options)
+    outcomes: dict[str, list[str]] = {"passed": [], "failed": [], "skipped": []}
+    for report in reprec.getreports("pytest_runtest_logreport"):
+        if report.when == "call" or report.failed or report.skipped:
+            outcomes[report.outcome].append(report.nodeid.split("::")[-1])
+    return outcomes
+
+
+def test_a_heartbeat_that_ignores_the_token_fails_exactly_the_fencing_tests(
+    pytester: pytest.Pytester,
+) -> None:
+    """The whole suite runs; everything passes but the four heartbeat-fencing cases."""
+    broken = run_class(pytester, "TestHeartbeatIgnoresToken")
+    assert sorted(broken["failed"]) == [
+        f"test_a_lease_that_lost_the_workflow_cannot_write[heartbeat-{kind}]"
+        for kind in ("cancelled", "forged", "reclaimed", "settled")
+    ]
+    assert broken["skipped"] == []
+    assert len(broken["passed"]) > 100
+    assert (
+        "test_a_lease_that_lost_the_workflow_cannot_write[heartbeat-unknown_workflow]"
+        in (broken["passed"])
+    )
+
+
+def test_misordered_steps_fail_the_ordering_test(pytester: pytest.Pytester) -> None:
+    broken = run_class(pytester, "TestMisorderedSteps", "-k", "load_steps or start_step")
+    assert "test_load_steps_is_ordered_by_index" in broken["failed"]
+    assert "test_start_step_records_a_running_step" in broken["passed"]
+    assert broken["skipped"] == []
+
+
+def test_a_reclaim_that_keeps_attempts_fails(pytester: pytest.Pytester) -> None:
+    broken = run_class(pytester, "TestReclaimKeepsAttempts", "-k", "acquire or crash")
+    assert "test_acquire_reclaims_an_expired_lease" in broken["failed"]
+    assert "test_a_step_left_running_by_a_crash_reruns" in broken["failed"]
+    assert "test_acquire_takes_the_lease" in broken["passed"]
+    assert broken["skipped"] == []

@@ -1,0 +1,98 @@
+"""The contract suite against the example third-party store plugin.
+
+``tests/example_store_plugin`` is its own distribution (install it with
+``pip install -e tests/example_store_plugin``). durable-core finds its store
+only through the ``durable_core`` entry point, by URL.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import anyio.to_thread
+import pytest
+
+from durable_core import store_from_url
+from durable_core.backends import url_forms
+from durable_core.contract import NoClaimerContract, StoreContract, Tamper
+from durable_core.errors import InvalidDatabaseURLError
+from durable_core.hooks import plugin_manager
+from durable_core.store import Claimer, Store
+
+
+def _url(tmp_path: Path) -> str:
+    return f"example+sqlite:///{tmp_path / 'example.db'}"
+
+
+@pytest.fixture
+async def durable_store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = store_from_url(_url(tmp_path))
+    await store.open()
+    await store.apply_schema()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def durable_second_store(tmp_path: Path, durable_store: Store) -> AsyncIterator[Store]:
+    store = store_from_url(_url(tmp_path))
+    await store.open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def durable_tamper(tmp_path: Path) -> Tamper:
+    """The example store exposes no SQLAlchemy engine: corrupt rows with the sqlite3 module."""
+    path = tmp_path / "example.db"
+
+    async def tamper(
+        table: str,
+        column: str,
+        value: str | None,
+        *,
+        workflow_id: str,
+        step_index: int | None = None,
+    ) -> None:
+        if table == "workflows":
+            sql = f"UPDATE workflows SET {column} = ? WHERE id = ?"
+            params: list[str | int | None] = [value, workflow_id]
+        else:
+            sql = f"UPDATE workflow_steps SET {column} = ? WHERE workflow_id = ? AND step_index = ?"
+            params = [value, workflow_id, step_index]
+
+        def write() -> int:
+            with closing(sqlite3.connect(path, timeout=10)) as conn, conn:
+                return conn.execute(sql, params).rowcount
+
+        assert await anyio.to_thread.run_sync(write) == 1
+
+    return tamper
+
+
+class TestExampleStorePlugin(StoreContract, NoClaimerContract):
+    pass
+
+
+def test_the_store_is_found_only_through_its_entry_point(tmp_path: Path) -> None:
+    from durable_example_store import ExampleStore
+
+    (entry_point,) = [
+        ep for ep in importlib.metadata.entry_points(group="durable_core") if ep.name == "example"
+    ]
+    assert entry_point.value == "durable_example_store.plugin"
+    assert entry_point.dist is not None and entry_point.dist.name == "durable-example-store"
+    assert plugin_manager().get_plugin("example") is entry_point.load()
+    store = store_from_url(_url(tmp_path))
+    assert type(store) is ExampleStore
+    assert isinstance(store, Store) and not isinstance(store, Claimer)
+    assert "example+sqlite:///path.db" in url_forms()
+
+
+def test_an_unknown_url_names_the_example_backend() -> None:
+    with pytest.raises(InvalidDatabaseURLError, match=r"example\+sqlite:///path\.db"):
+        store_from_url("nosuchdb://somewhere/db")

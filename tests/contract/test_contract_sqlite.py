@@ -1,0 +1,34 @@
+"""The store contract suite against the built-in SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from durable_core.contract import NoClaimerContract, StoreContract
+from durable_sqlite import SQLiteStore
+
+
+@pytest.fixture
+async def durable_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'contract.db'}")
+    await store.open()
+    await store.apply_schema()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def durable_second_store(
+    tmp_path: Path, durable_store: SQLiteStore
+) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'contract.db'}")
+    await store.open()
+    yield store
+    await store.close()
+
+
+class TestSQLiteStore(StoreContract, NoClaimerContract):
+    pass

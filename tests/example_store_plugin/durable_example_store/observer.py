@@ -1,0 +1,183 @@
+"""Entry-point observer: appends every event as a JSON line to ``$DURABLE_EXAMPLE_EVENTS``.
+
+While the variable is unset it records nothing, so installing the package
+changes nothing for other code in the same environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from durable_core.hooks import hookimpl
+
+EVENTS_ENV = "DURABLE_EXAMPLE_EVENTS"
+
+
+def _record(event: str, **fields: Any) -> None:
+    path = os.environ.get(EVENTS_ENV)
+    if not path:
+        return
+    if isinstance(fields.get("error"), BaseException):
+        exc = fields["error"]
+        fields["error"] = f"{type(exc).__name__}: {exc}"
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(json.dumps({"event": event, **fields}, default=repr) + "\n")
+
+
+@hookimpl
+def durable_workflow_enqueued(workflow_id: str, workflow_name: str, max_attempts: int) -> None:
+    _record(
+        "workflow_enqueued",
+        workflow_id=workflow_id,
+        workflow_name=workflow_name,
+        max_attempts=max_attempts,
+    )
+
+
+@hookimpl
+def durable_workflow_claimed(
+    worker_id: str, workflow_id: str, workflow_name: str, attempts: int, max_attempts: int
+) -> None:
+    _record(
+        "workflow_claimed",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        workflow_name=workflow_name,
+        attempts=attempts,
+        max_attempts=max_attempts,
+    )
+
+
+@hookimpl
+def durable_step_started(
+    worker_id: str,
+    workflow_id: str,
+    attempts: int,
+    max_attempts: int,
+    step_index: int,
+    step_name: str,
+) -> None:
+    _record(
+        "step_started",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        step_index=step_index,
+        step_name=step_name,
+    )
+
+
+@hookimpl
+def durable_step_succeeded(
+    worker_id: str,
+    workflow_id: str,
+    attempts: int,
+    max_attempts: int,
+    step_index: int,
+    step_name: str,
+    cached: bool,
+) -> None:
+    _record(
+        "step_succeeded",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        step_index=step_index,
+        step_name=step_name,
+        cached=cached,
+    )
+
+
+@hookimpl
+def durable_step_failed(
+    worker_id: str,
+    workflow_id: str,
+    attempts: int,
+    max_attempts: int,
+    step_index: int,
+    step_name: str,
+    error: BaseException,
+) -> None:
+    _record(
+        "step_failed",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        step_index=step_index,
+        step_name=step_name,
+        error=error,
+    )
+
+
+@hookimpl
+def durable_retry_scheduled(
+    worker_id: str,
+    workflow_id: str,
+    attempts: int,
+    max_attempts: int,
+    error: dict[str, Any],
+    delay_seconds: float,
+) -> None:
+    _record(
+        "retry_scheduled",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        error_type=error.get("type"),
+        delay_seconds=delay_seconds,
+    )
+
+
+@hookimpl
+def durable_workflow_succeeded(
+    worker_id: str, workflow_id: str, attempts: int, max_attempts: int, output: str
+) -> None:
+    _record(
+        "workflow_succeeded",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        output=output,
+    )
+
+
+@hookimpl
+def durable_workflow_failed(
+    worker_id: str, workflow_id: str, attempts: int, max_attempts: int, error: dict[str, Any]
+) -> None:
+    _record(
+        "workflow_failed",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        error_type=error.get("type"),
+    )
+
+
+@hookimpl
+def durable_lease_lost(worker_id: str, workflow_id: str, attempts: int, max_attempts: int) -> None:
+    _record(
+        "lease_lost",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+    )
+
+
+@hookimpl
+def durable_worker_started(worker_id: str, concurrency: int) -> None:
+    _record("worker_started", worker_id=worker_id, concurrency=concurrency)
+
+
+@hookimpl
+def durable_worker_stopping(worker_id: str, in_flight: int) -> None:
+    _record("worker_stopping", worker_id=worker_id, in_flight=in_flight)

@@ -1,0 +1,20 @@
+"""Entry-point plugin: resolves ``example+sqlite:///path`` URLs to an :class:`ExampleStore`."""
+
+from __future__ import annotations
+
+from durable_core.hooks import hookimpl
+from durable_core.store import Store
+
+
+@hookimpl
+def durable_store_from_url(url: str) -> Store | None:
+    if not url.startswith("example+sqlite:"):
+        return None
+    from .store import ExampleStore
+
+    return ExampleStore(url)
+
+
+@hookimpl
+def durable_store_url_forms() -> list[str]:
+    return ["example+sqlite:///path.db"]

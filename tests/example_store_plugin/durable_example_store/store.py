@@ -1,0 +1,101 @@
+"""``ExampleStore``: a store that delegates every operation to a ``SQLiteStore``.
+
+It implements the ``Store`` protocol by hand (no subclassing), and has no
+``claim``: the worker refuses it at its first claim, as it must.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from durable_core.errors import InvalidDatabaseURLError
+from durable_core.records import (
+    ClaimedWorkflow,
+    Lease,
+    NewWorkflow,
+    StepRecord,
+    WorkflowRecord,
+    WorkflowStatus,
+)
+from durable_sqlite import SQLiteStore
+
+SCHEME = "example+sqlite:"
+
+
+class ExampleStore:
+    """A durable-core store for ``example+sqlite:///path.db`` URLs."""
+
+    def __init__(self, url: str) -> None:
+        if not url.startswith(SCHEME):
+            raise InvalidDatabaseURLError(f"not an example store URL: {url!r}")
+        self.path = url[len(SCHEME) :].removeprefix("///")
+        self._inner = SQLiteStore("sqlite:" + url[len(SCHEME) :])
+
+    @property
+    def description(self) -> str:
+        return f"example store at {self.path}"
+
+    async def open(self) -> None:
+        await self._inner.open()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def apply_schema(self) -> None:
+        await self._inner.apply_schema()
+
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
+        await self._inner.enqueue(workflows)
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        return await self._inner.get_workflow(workflow_id)
+
+    async def list_workflows(
+        self,
+        *,
+        status: WorkflowStatus | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[WorkflowRecord]:
+        return await self._inner.list_workflows(status=status, name=name, limit=limit)
+
+    async def load_steps(self, workflow_id: str) -> list[StepRecord]:
+        return await self._inner.load_steps(workflow_id)
+
+    async def retry_workflow(self, workflow_id: str) -> None:
+        await self._inner.retry_workflow(workflow_id)
+
+    async def cancel_workflow(self, workflow_id: str) -> None:
+        await self._inner.cancel_workflow(workflow_id)
+
+    async def acquire(
+        self, workflow_id: str, *, worker_id: str, lease_seconds: float, due_only: bool = True
+    ) -> ClaimedWorkflow | None:
+        return await self._inner.acquire(
+            workflow_id, worker_id=worker_id, lease_seconds=lease_seconds, due_only=due_only
+        )
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        await self._inner.start_step(lease, step_index, step_name, input)
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        await self._inner.complete_step(lease, step_index, output)
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        await self._inner.fail_step(lease, step_index, error)
+
+    async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
+        await self._inner.heartbeat(lease, lease_seconds)
+
+    async def settle(
+        self,
+        lease: Lease,
+        status: WorkflowStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_delay_seconds: float = 0.0,
+    ) -> None:
+        await self._inner.settle(
+            lease, status, output=output, error=error, retry_delay_seconds=retry_delay_seconds
+        )

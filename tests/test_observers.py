@@ -1,0 +1,520 @@
+"""Observer hooks: registered through an entry point or in code, fired on every path.
+
+The entry-point observer is ``durable_example_store.observer`` from the example
+distribution in tests/example_store_plugin (``pip install -e`` it); it appends
+events to the file named by ``DURABLE_EXAMPLE_EVENTS``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+from durable_core import (
+    DurableClient,
+    WorkflowConfig,
+    WorkflowContext,
+    WorkflowStatus,
+    hookimpl,
+    register_observer,
+    unregister_observer,
+    workflow,
+    workflow_step,
+)
+from durable_core.contract import workflows as wfs
+from durable_core.contract.support import unique_name
+from durable_core.hooks import ObserverSpec, plugin_manager
+from durable_core.store import Store
+from durable_core.testing import WorkflowRunner
+from durable_core.worker import WorkflowWorker
+
+pytestmark = pytest.mark.anyio
+
+EVENTS = [name for name in dir(ObserverSpec) if name.startswith("durable_")]
+WORKER_FIELDS = ("worker_id", "workflow_id", "attempts", "max_attempts")
+
+
+@workflow_step
+async def cancel_myself() -> str:
+    """Cancel the running workflow from inside it, so its next write loses the lease."""
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    await ctx.store.cancel_workflow(ctx.workflow_id)
+    return "cancelled"
+
+
+@workflow
+async def self_cancelling() -> str:
+    return await cancel_myself()
+
+
+class Recorder:
+    """An in-code observer: every event, with every field its hook spec names."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def _add(self, event: str, **fields: Any) -> None:
+        self.events.append({"event": event, **fields})
+
+    def for_workflow(self, workflow_id: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("workflow_id") == workflow_id]
+
+    @hookimpl
+    def durable_workflow_enqueued(
+        self, workflow_id: str, workflow_name: str, max_attempts: int
+    ) -> None:
+        self._add(
+            "workflow_enqueued",
+            workflow_id=workflow_id,
+            workflow_name=workflow_name,
+            max_attempts=max_attempts,
+        )
+
+    @hookimpl
+    def durable_workflow_claimed(
+        self, worker_id: str, workflow_id: str, workflow_name: str, attempts: int, max_attempts: int
+    ) -> None:
+        self._add(
+            "workflow_claimed",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            workflow_name=workflow_name,
+            attempts=attempts,
+            max_attempts=max_attempts,
+        )
+
+    @hookimpl
+    def durable_step_started(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        step_index: int,
+        step_name: str,
+    ) -> None:
+        self._add(
+            "step_started",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            step_index=step_index,
+            step_name=step_name,
+        )
+
+    @hookimpl
+    def durable_step_succeeded(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        step_index: int,
+        step_name: str,
+        cached: bool,
+    ) -> None:
+        self._add(
+            "step_succeeded",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            step_index=step_index,
+            step_name=step_name,
+            cached=cached,
+        )
+
+    @hookimpl
+    def durable_step_failed(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        step_index: int,
+        step_name: str,
+        error: BaseException,
+    ) -> None:
+        self._add(
+            "step_failed",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            step_index=step_index,
+            step_name=step_name,
+            error=error,
+        )
+
+    @hookimpl
+    def durable_retry_scheduled(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        error: dict[str, Any],
+        delay_seconds: float,
+    ) -> None:
+        self._add(
+            "retry_scheduled",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            error=error,
+            delay_seconds=delay_seconds,
+        )
+
+    @hookimpl
+    def durable_workflow_succeeded(
+        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int, output: str
+    ) -> None:
+        self._add(
+            "workflow_succeeded",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            output=output,
+        )
+
+    @hookimpl
+    def durable_workflow_failed(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        error: dict[str, Any],
+    ) -> None:
+        self._add(
+            "workflow_failed",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            error=error,
+        )
+
+    @hookimpl
+    def durable_lease_lost(
+        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
+    ) -> None:
+        self._add(
+            "lease_lost",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+        )
+
+    @hookimpl
+    def durable_worker_started(self, worker_id: str, concurrency: int) -> None:
+        self._add("worker_started", worker_id=worker_id, concurrency=concurrency)
+
+    @hookimpl
+    def durable_worker_stopping(self, worker_id: str, in_flight: int) -> None:
+        self._add("worker_stopping", worker_id=worker_id, in_flight=in_flight)
+
+
+class Exploding:
+    """An observer whose every hook raises."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _explode(self) -> None:
+        self.calls += 1
+        raise RuntimeError("observer bug")
+
+    @hookimpl
+    def durable_workflow_enqueued(self, workflow_id: str) -> None:
+        self._explode()
+
+    @hookimpl
+    def durable_workflow_claimed(self, workflow_id: str) -> None:
+        self._explode()
+
+    @hookimpl
+    def durable_step_started(self, workflow_id: str) -> None:
+        self._explode()
+
+    @hookimpl
+    def durable_step_succeeded(self, workflow_id: str) -> None:
+        self._explode()
+
+    @hookimpl
+    def durable_step_failed(self, workflow_id: str) -> None:
+        self._explode()
+
+    @hookimpl
+    def durable_retry_scheduled(self, workflow_id: str) -> None:
+        self._explode()
+
+    @hookimpl
+    def durable_workflow_succeeded(self, workflow_id: str) -> None:
+        self._explode()
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    observer = Recorder()
+    register_observer(observer)
+    yield observer
+    unregister_observer(observer)
+
+
+@pytest.fixture
+def key() -> Iterator[str]:
+    value = unique_name("observed")
+    yield value
+    wfs.forget(value)
+
+
+@pytest.fixture
+def events_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Switch the entry-point observer on, recording into a fresh file."""
+    path = tmp_path / "events.jsonl"
+    monkeypatch.setenv("DURABLE_EXAMPLE_EVENTS", str(path))
+    return path
+
+
+def read_events(path: Path, workflow_id: str | None = None) -> list[dict[str, Any]]:
+    events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    if workflow_id is None:
+        return events
+    return [e for e in events if e.get("workflow_id") == workflow_id]
+
+
+def expected_retry_once(attempt_one: int = 1) -> list[tuple[str, int | None, int | None]]:
+    """(event, attempts, step_index) of ``three_steps`` when step_two fails once."""
+    a, b = attempt_one, attempt_one + 1
+    return [
+        ("workflow_enqueued", None, None),
+        ("workflow_claimed", a, None),
+        ("step_started", a, 0),
+        ("step_succeeded", a, 0),
+        ("step_started", a, 1),
+        ("step_failed", a, 1),
+        ("retry_scheduled", a, None),
+        ("workflow_claimed", b, None),
+        ("step_succeeded", b, 0),
+        ("step_started", b, 1),
+        ("step_succeeded", b, 1),
+        ("step_started", b, 2),
+        ("step_succeeded", b, 2),
+        ("workflow_succeeded", b, None),
+    ]
+
+
+def shape(events: list[dict[str, Any]]) -> list[tuple[str, int | None, int | None]]:
+    return [(e["event"], e.get("attempts"), e.get("step_index")) for e in events]
+
+
+def check_fields(events: list[dict[str, Any]], workflow_id: str, worker_id: str) -> None:
+    """Every worker-side event carries the same fields as the worker's logs."""
+    enqueued, *worker_side = events
+    assert (enqueued["workflow_id"], enqueued["max_attempts"]) == (workflow_id, 3)
+    assert enqueued["workflow_name"] == wfs.three_steps.name
+    for event in worker_side:
+        assert all(field in event for field in WORKER_FIELDS), event
+        assert (event["worker_id"], event["workflow_id"], event["max_attempts"]) == (
+            worker_id,
+            workflow_id,
+            3,
+        )
+    cached = [e["cached"] for e in worker_side if e["event"] == "step_succeeded"]
+    assert cached == [False, True, False, False]
+    steps = [e["step_name"] for e in worker_side if e["event"] == "step_started"]
+    assert steps == [wfs.step_one.name, wfs.step_two.name, wfs.step_two.name, wfs.step_three.name]
+
+
+# -- the entry-point observer -------------------------------------------------------
+
+
+def test_the_observer_is_registered_by_its_entry_point() -> None:
+    import durable_example_store.observer as observer
+
+    (entry_point,) = [
+        ep
+        for ep in importlib.metadata.entry_points(group="durable_core")
+        if ep.name == "example_observer"
+    ]
+    assert entry_point.value == "durable_example_store.observer"
+    assert plugin_manager().get_plugin("example_observer") is observer
+    implemented = {impl.plugin_name for name in EVENTS for impl in _impls(name)}
+    assert "example_observer" in implemented
+    assert all("example_observer" in {i.plugin_name for i in _impls(name)} for name in EVENTS)
+
+
+def _impls(hook_name: str) -> list[Any]:
+    return list(getattr(plugin_manager().hook, hook_name).get_hookimpls())
+
+
+async def test_an_entry_point_observer_sees_a_retry_then_success_in_order(
+    sqlite_store: Store, events_file: Path, key: str
+) -> None:
+    wfs.FAILURES[key] = 1
+    handle = await DurableClient(sqlite_store, max_attempts=3).start_workflow(wfs.three_steps, key)
+    runner = WorkflowRunner(sqlite_store, WorkflowConfig(retry_backoff_secs=2), worker_id="obs-1")
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+
+    events = read_events(events_file, handle.id)
+    assert shape(events) == expected_retry_once()
+    check_fields(events, handle.id, "obs-1")
+    failed = next(e for e in events if e["event"] == "step_failed")
+    assert failed["error"].startswith("PlannedFailure: planned failure")
+    retry = next(e for e in events if e["event"] == "retry_scheduled")
+    assert retry["delay_seconds"] == 2.0
+    assert retry["error_type"].endswith("PlannedFailure")
+    succeeded = events[-1]
+    assert json.loads(succeeded["output"]) == await handle.output()
+
+
+# -- observers registered in code -----------------------------------------------------
+
+
+async def test_an_observer_registered_in_code_sees_the_same_events(
+    sqlite_store: Store, recorder: Recorder, key: str
+) -> None:
+    wfs.FAILURES[key] = 1
+    handle = await DurableClient(sqlite_store, max_attempts=3).start_workflow(wfs.three_steps, key)
+    runner = WorkflowRunner(sqlite_store, WorkflowConfig(retry_backoff_secs=0), worker_id="obs-2")
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    events = recorder.for_workflow(handle.id)
+    assert shape(events) == expected_retry_once()
+    check_fields(events, handle.id, "obs-2")
+    failed = next(e for e in events if e["event"] == "step_failed")
+    assert isinstance(failed["error"], wfs.PlannedFailure)
+
+
+async def test_unregistered_observers_hear_nothing(sqlite_store: Store, key: str) -> None:
+    observer = Recorder()
+    register_observer(observer)
+    unregister_observer(observer)
+    handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
+    await WorkflowRunner(sqlite_store).run_until_complete(handle)
+    assert observer.events == []
+
+
+async def test_a_workflow_that_runs_out_of_attempts_fires_workflow_failed(
+    sqlite_store: Store, recorder: Recorder, key: str
+) -> None:
+    wfs.FAILURES[key] = 99
+    handle = await DurableClient(sqlite_store, max_attempts=2).start_workflow(wfs.three_steps, key)
+    runner = WorkflowRunner(sqlite_store, WorkflowConfig(retry_backoff_secs=0), worker_id="obs-3")
+    assert await runner.run_until_complete(handle) is WorkflowStatus.FAILED
+    events = recorder.for_workflow(handle.id)
+    assert [e["event"] for e in events].count("retry_scheduled") == 1
+    final = events[-1]
+    assert final["event"] == "workflow_failed"
+    assert (final["attempts"], final["max_attempts"], final["worker_id"]) == (2, 2, "obs-3")
+    assert final["error"]["type"].endswith("PlannedFailure")
+    assert final["error"]["step_index"] == 1
+
+
+async def test_losing_the_lease_fires_lease_lost(sqlite_store: Store, recorder: Recorder) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(self_cancelling)
+    runner = WorkflowRunner(sqlite_store, worker_id="obs-4")
+    assert await runner.run_once(handle) is WorkflowStatus.CANCELLED
+    events = recorder.for_workflow(handle.id)
+    assert [e["event"] for e in events] == [
+        "workflow_enqueued",
+        "workflow_claimed",
+        "step_started",
+        "lease_lost",
+    ]
+    lost = events[-1]
+    assert {k: lost[k] for k in WORKER_FIELDS} == {
+        "worker_id": "obs-4",
+        "workflow_id": handle.id,
+        "attempts": 1,
+        "max_attempts": 3,
+    }
+
+
+# -- a raising observer changes nothing -------------------------------------------------
+
+
+async def test_a_raising_observer_leaves_the_outcome_unchanged_and_is_logged(
+    sqlite_store: Store, recorder: Recorder, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    exploding = Exploding()
+    register_observer(exploding, name="exploding-observer")
+    try:
+        wfs.FAILURES[key] = 1
+        with caplog.at_level(logging.ERROR, logger="durable_core.hooks"):
+            handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
+            runner = WorkflowRunner(
+                sqlite_store, WorkflowConfig(retry_backoff_secs=0), worker_id="obs-5"
+            )
+            status = await runner.run_until_complete(handle)
+    finally:
+        unregister_observer(exploding)
+    assert status is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == [f"{key}:1", f"{key}:1:2", f"{key}:1:2:3"]
+    assert wfs.CALLS[key] == ["one", "two", "two", "three"]
+    assert shape(recorder.for_workflow(handle.id)) == expected_retry_once()
+    assert exploding.calls == 14
+    logged = [r for r in caplog.records if r.name == "durable_core.hooks"]
+    assert len(logged) == 14
+    assert all("exploding-observer raised in durable_" in r.getMessage() for r in logged)
+    assert all(r.exc_info is not None and "observer bug" in str(r.exc_info[1]) for r in logged)
+    assert {getattr(r, "workflow_id", None) for r in logged} == {handle.id}
+
+
+# -- worker_started and worker_stopping, with the PostgreSQL worker -----------------------
+
+
+@pytest.fixture
+async def postgres_store(postgres_url: str) -> AsyncIterator[Store]:
+    from durable_postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    await store.open()
+    await store.apply_schema()
+    conn = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("TRUNCATE workflow_steps, workflows")
+    finally:
+        await conn.close()
+    yield store
+    await store.close()
+
+
+async def test_the_worker_fires_every_event_from_start_to_stop(
+    postgres_store: Store, events_file: Path, recorder: Recorder, key: str
+) -> None:
+    wfs.FAILURES[key] = 1
+    config = WorkflowConfig(poll_interval_ms=20, retry_backoff_secs=0, concurrency=2)
+    worker = WorkflowWorker(postgres_store, config, worker_id="obs-worker")
+    handle = await DurableClient(postgres_store, max_attempts=3).start_workflow(
+        wfs.three_steps, key
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        assert await handle.wait_with_timeout(15) is WorkflowStatus.SUCCEEDED
+        worker.stop()
+
+    for events in (read_events(events_file), recorder.events):
+        mine = [
+            e
+            for e in events
+            if e.get("worker_id") == "obs-worker" or e.get("workflow_id") == handle.id
+        ]
+        enqueued, started, *flow, stopping = mine
+        assert started == {"event": "worker_started", "worker_id": "obs-worker", "concurrency": 2}
+        assert stopping == {"event": "worker_stopping", "worker_id": "obs-worker", "in_flight": 0}
+        assert shape([enqueued, *flow]) == expected_retry_once()
+        check_fields([enqueued, *flow], handle.id, "obs-worker")
