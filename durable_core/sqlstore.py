@@ -42,6 +42,7 @@ wf = schema.workflows
 st = schema.workflow_steps
 
 _MISSING_TABLE_MARKERS = ("no such table", "doesn't exist", "does not exist")
+_REFUSED_MARKERS = ("access denied", "unknown database", "password authentication failed")
 
 
 def utcnow() -> datetime:
@@ -56,7 +57,12 @@ def translate_error(exc: BaseException, *, operation: str, description: str) -> 
     if any(marker in lowered for marker in _MISSING_TABLE_MARKERS) and "workflow" in lowered:
         return SchemaMissingError(
             f"{operation} on {description} failed: the durable tables are missing. "
-            "Apply them with `durable migrate` or `await store.apply_schema()`. ({text})"
+            f"Apply them with `durable migrate` or `await store.apply_schema()`. ({text})"
+        )
+    if any(marker in lowered for marker in _REFUSED_MARKERS):
+        return StoreError(
+            f"{operation} on {description}: the server refused the connection "
+            f"(check the URL's database, user and password): {text}"
         )
     transient = isinstance(exc, OSError | ConnectionError | TimeoutError) or (
         isinstance(exc, sa.exc.DBAPIError)

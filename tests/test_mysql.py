@@ -150,6 +150,25 @@ async def test_a_closed_port_is_store_unavailable() -> None:
         await ensure_database(url)
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (f"{BASE_URL}/durable_no_such_database", "Unknown database"),
+        ("mysql://nobody:wrong@127.0.0.1:3306/durable_test", "Access denied"),
+    ],
+)
+async def test_a_refused_connection_is_not_mistaken_for_an_outage(url: str, said: str) -> None:
+    store = MySQLStore(url)
+    await store.open()
+    try:
+        with pytest.raises(StoreError, match="refused the connection") as caught:
+            await store.get_workflow("x")
+        assert not isinstance(caught.value, StoreUnavailableError)
+        assert said in str(caught.value)
+    finally:
+        await store.close()
+
+
 async def test_missing_tables_are_schema_missing(mysql_url: str) -> None:
     url = f"{BASE_URL}/durable_test_noschema"
     await ensure_database(url)
