@@ -100,18 +100,22 @@ async def test_workers_survive_a_postgres_restart_under_load(
 
             async def all_done() -> bool:
                 try:
-                    return (
-                        await sql.fetchval(
-                            "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
-                        )
-                        == total
-                    )
-                except asyncpg.PostgresError:
+                    probe = await asyncpg.connect(restartable, timeout=10)
+                except (asyncpg.PostgresError, OSError):
                     return False
+                try:
+                    done = await probe.fetchval(
+                        "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
+                    )
+                finally:
+                    await probe.close()
+                return bool(done == total)
 
-            await eventually(all_done, timeout=180, what="every workflow to succeed")
-            for n, handle in enumerate(handles[:20]):
-                assert await handle.output() == (n + 1) * 2 - 3
+            await eventually(all_done, timeout=180, what="every workflow to succeed", interval=0.2)
+            async with PostgresStore(restartable) as fresh:
+                for n, handle in enumerate(handles[:20]):
+                    assert await fresh.get_workflow(handle.id) is not None
+                    assert await DurableClient(fresh).handle(handle.id).output() == (n + 1) * 2 - 3
             runs = {
                 (row["workflow_id"], row["step"]): row["n"]
                 for row in await sql.fetch(
