@@ -62,8 +62,9 @@ class WorkflowConfig:
                 problems.append(f"{setting.field} must be a number, got {value!r}")
             elif value != value or value < setting.minimum:
                 problems.append(f"{setting.field} must be at least {setting.minimum}, got {value}")
-        if isinstance(self.concurrency, float) or isinstance(self.max_attempts, float):
-            problems.append("concurrency and max_attempts must be whole numbers")
+        for whole in ("concurrency", "max_attempts"):
+            if isinstance(getattr(self, whole), float):
+                problems.append(f"{whole} must be a whole number, got {getattr(self, whole)}")
         if problems:
             raise ConfigurationError("invalid WorkflowConfig: " + "; ".join(problems))
         return self

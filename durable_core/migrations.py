@@ -74,7 +74,7 @@ def render_revision(revision: str, down_revision: str | None) -> str:
             ops.UpgradeOps(ops=operations),
             user_module_prefix="durable_core.schema.",
         )
-        code = re.sub(r"^# ###.*\n?", "", code, flags=re.MULTILINE)
+        code = re.sub(r"^[ \t]*# ###.*\n?", "", code, flags=re.MULTILINE)
         return "\n".join(line for line in code.splitlines() if line.strip()) or "    pass"
 
     return _TEMPLATE.format(

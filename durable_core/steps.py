@@ -11,7 +11,7 @@ import anyio.to_thread
 
 from . import hooks
 from .context import WorkflowContext, enter_step, inside_step, leave_step
-from .errors import StepInputMismatchError, StepNameMismatchError
+from .errors import FrameworkError, StepInputMismatchError, StepNameMismatchError
 from .failures import dump_error, error_record
 from .records import StepRecord, StepStatus
 from .registry import qualified_name
@@ -59,11 +59,16 @@ class Step(Generic[P, R]):
         }
         cached = ctx.steps.get(index)
         if cached is not None:
-            _check_history(ctx, cached, self.name, input_json)
-            if cached.status is StepStatus.SUCCEEDED and cached.output is not None:
-                value = decode(cached.output, what=f"cached output of step {self.name!r}")
-                hooks.notify("durable_step_succeeded", cached=True, **fields)
-                return cast(R, value)
+            try:
+                _check_history(ctx, cached, self.name, input_json)
+                if cached.status is StepStatus.SUCCEEDED and cached.output is not None:
+                    value = decode(cached.output, what=f"cached output of step {self.name!r}")
+                    hooks.notify("durable_step_succeeded", cached=True, **fields)
+                    return cast(R, value)
+            except FrameworkError:
+                # A broken replay (determinism, corrupt cache) is recorded against this step.
+                ctx.failed_step = (index, self.name)
+                raise
 
         lease, store = ctx.lease, ctx.store
         await ctx.persist(lambda: store.start_step(lease, index, self.name, input_json))
