@@ -304,3 +304,58 @@ def test_write_revision_refuses_a_second_copy_and_a_missing_directory(tmp_path: 
     rendered = render_revision("r1", None)
     for table in DURABLE_TABLES:
         assert f"op.create_table('{table}'" in rendered and f"op.drop_table('{table}')" in rendered
+
+
+# -- the same comparison on the server databases -----------------------------------------
+
+
+def _async(url: str) -> str:
+    return async_url(url).render_as_string(hide_password=False)
+
+
+async def _fresh_postgres_database(postgres_url: str, name: str) -> str:
+    import asyncpg
+
+    base = postgres_url.rsplit("/", 1)[0]
+    admin = await asyncpg.connect(f"{base}/postgres".replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return f"{base}/{name}"
+
+
+async def test_both_routes_give_identical_schema_on_postgresql(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    url_a = await _fresh_postgres_database(postgres_url, "durable_routes_a")
+    url_b = await _fresh_postgres_database(postgres_url, "durable_routes_b")
+    await apply_programmatically(url_a)
+    await alembic_upgrade(_async(url_b), tmp_path / "alembic")
+    snapshot = await assert_same_schema(url_a, url_b)
+    assert {"ix_workflows_status_run_at", "ix_workflows_status_locked_until"} <= {
+        name for name, _columns, _unique in snapshot["workflows"]["indexes"]
+    }
+
+
+async def test_both_routes_give_identical_schema_on_mariadb(tmp_path: Path) -> None:
+    from durable_mysql.store import ensure_database
+    from tests.conftest import MYSQL_URL
+
+    base = MYSQL_URL.rsplit("/", 1)[0]
+    urls = []
+    for name in ("durable_routes_a", "durable_routes_b"):
+        url = f"{base}/{name}"
+        await ensure_database(url)
+        engine = create_async_engine(async_url(url))
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("DROP TABLE IF EXISTS workflow_steps, workflows"))
+                await conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+        finally:
+            await engine.dispose()
+        urls.append(url)
+    await apply_programmatically(urls[0])
+    await alembic_upgrade(_async(urls[1]), tmp_path / "alembic")
+    await assert_same_schema(urls[0], urls[1])
