@@ -84,6 +84,12 @@ class WorkflowHandle(Generic[R]):
         poll_seconds = _seconds(poll, "poll") or DEFAULT_POLL_SECONDS
         deadline_seconds = _seconds(deadline, "deadline")
         last: list[WorkflowStatus] = []
+        if deadline_seconds == 0:
+            # A zero deadline means "look once", not "give up before looking".
+            status = await self.status()
+            if status.is_terminal:
+                return status
+            last.append(status)
         try:
             with anyio.fail_after(deadline_seconds):
                 while True:

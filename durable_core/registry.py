@@ -137,8 +137,9 @@ def workflow(
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare an ``async def`` as a durable workflow.
 
-    It registers under ``module.qualname`` unless ``name`` is given;
-    ``max_attempts`` overrides the worker's ``WORKFLOW_MAX_ATTEMPTS`` for it.
+    It registers under ``module.qualname`` unless ``name`` is given.
+    ``max_attempts`` fixes its attempt budget; otherwise each row gets the
+    starting client's ``max_attempts`` or ``WORKFLOW_MAX_ATTEMPTS`` when it is started.
     """
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Workflow[P, R]:

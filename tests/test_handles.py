@@ -141,8 +141,12 @@ async def test_wait_returns_the_terminal_status(sqlite_store: SQLiteStore) -> No
         await runner.run_once(ok)
         await runner.run_once(bad)
     assert results == {"ok": WorkflowStatus.SUCCEEDED, "bad": WorkflowStatus.FAILED}
-    # A terminal workflow answers at once.
+    # A terminal workflow answers at once, even to a zero deadline.
     assert await ok.wait() is WorkflowStatus.SUCCEEDED
+    assert await ok.wait_with_timeout(0) is WorkflowStatus.SUCCEEDED
+    pending = await client.start_workflow(answer_flow)
+    with pytest.raises(WaitTimeoutError, match="last seen pending"):
+        await pending.wait_with_timeout(0)
 
 
 async def test_wait_with_options_poll_and_deadline(sqlite_store: SQLiteStore) -> None:
