@@ -11,6 +11,7 @@ recovers it.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -45,6 +46,7 @@ class _Attempt:
         self.executor = executor
         self.claimed = claimed
         self.lease_deadline = time.monotonic() + executor.config.lock_timeout_secs
+        self.renew_at = anyio.current_time() + executor.config.heartbeat_interval
         self.lease_lost = False
         self.body_scope = anyio.CancelScope()
         self.fields: dict[str, Any] = {
@@ -91,6 +93,52 @@ class _Attempt:
                 continue
             self.lease_deadline = time.monotonic() + config.lock_timeout_secs
 
+    async def renew(self, keeper: _LeaseKeeper) -> None:
+        """One turn of :meth:`heartbeat`, run by the keeper; schedules the next turn."""
+        config = self.executor.config
+        try:
+            await self.executor.store.heartbeat(self.claimed.lease, config.lock_timeout_secs)
+        except LeaseLostError:
+            if self in keeper.attempts:
+                self.lease_lost = True
+                self.body_scope.cancel()
+            return
+        except StoreUnavailableError as exc:
+            logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
+        except Exception:
+            logger.exception("lease renewal failed, will retry", extra=self.fields)
+        else:
+            self.lease_deadline = time.monotonic() + config.lock_timeout_secs
+        self.renew_at = anyio.current_time() + config.heartbeat_interval
+
+
+class _LeaseKeeper:
+    """Renews the lease of every attempt in flight from one task.
+
+    Each lease is renewed at half the lock timeout after its attempt began and after
+    each renewal, as :meth:`_Attempt.heartbeat` does, without a task and a cancelled
+    scope per attempt. An attempt leaves the keeper when its body ends, however it
+    ends; a renewal still in flight then changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self.attempts: set[_Attempt] = set()
+
+    async def run(self, interval: float) -> None:
+        # Sleeping at most ``interval`` means every attempt added meanwhile is due
+        # after the next wake-up, so adding one never needs to wake this task.
+        async with anyio.create_task_group() as renewals:
+            while True:
+                now = anyio.current_time()
+                wake = now + interval
+                for attempt in list(self.attempts):
+                    if attempt.renew_at <= now:
+                        attempt.renew_at = math.inf  # one renewal at a time
+                        renewals.start_soon(attempt.renew, self)
+                    elif attempt.renew_at < wake:
+                        wake = attempt.renew_at
+                await anyio.sleep(wake - now)
+
 
 class Executor:
     """Runs claimed workflows against a store and settles them."""
@@ -105,6 +153,19 @@ class Executor:
         self.store = store
         self.config = config or WorkflowConfig()
         self.registry = registry or default_registry
+        self._keeper: _LeaseKeeper | None = None
+
+    async def keep_leases(self) -> None:
+        """Renew the lease of every attempt this executor runs, from this one task, until
+        cancelled. The worker runs it beside its workflows; without it (the in-process
+        runner) each attempt renews its lease from a heartbeat task of its own."""
+        keeper = _LeaseKeeper()
+        self._keeper = keeper
+        try:
+            await keeper.run(self.config.heartbeat_interval)
+        finally:
+            if self._keeper is keeper:
+                self._keeper = None
 
     async def run(self, claimed: ClaimedWorkflow) -> WorkflowStatus | None:
         """Run one attempt of ``claimed``. Returns the status it settled with, or ``None``
@@ -148,19 +209,22 @@ class Executor:
             persist=attempt.persist,
         )
 
-        result: Any = None
-        failure: Exception | None = None
-        async with anyio.create_task_group() as heartbeat_group:
-            heartbeat_group.start_soon(attempt.heartbeat)
-            token = ctx.activate()
+        result: Any
+        failure: Exception | None
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.attempts.add(attempt)
             try:
-                with attempt.body_scope:
-                    result = await definition.fn(*args, **kwargs)
-            except Exception as exc:
-                failure = exc
+                result, failure = await self._call(attempt, ctx, definition.fn, args, kwargs)
             finally:
-                ctx.deactivate(token)
-                heartbeat_group.cancel_scope.cancel()
+                keeper.attempts.discard(attempt)
+        else:
+            async with anyio.create_task_group() as heartbeat_group:
+                heartbeat_group.start_soon(attempt.heartbeat)
+                try:
+                    result, failure = await self._call(attempt, ctx, definition.fn, args, kwargs)
+                finally:
+                    heartbeat_group.cancel_scope.cancel()
 
         if attempt.lease_lost or isinstance(failure, LeaseLostError):
             raise LeaseLostError(f"lease lost on workflow {claimed.id}")
@@ -173,6 +237,25 @@ class Executor:
                 return await self._settle_success(attempt, output)
         step = ctx.failed_step
         return await self._settle_failure(attempt, failure, step=step)
+
+    @staticmethod
+    async def _call(
+        attempt: _Attempt,
+        ctx: WorkflowContext,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, Exception | None]:
+        """Run the body as the current workflow: ``(result, None)`` or ``(None, exception)``."""
+        token = ctx.activate()
+        try:
+            with attempt.body_scope:
+                return await fn(*args, **kwargs), None
+            return None, None  # cancelled because the lease was lost
+        except Exception as exc:
+            return None, exc
+        finally:
+            ctx.deactivate(token)
 
     async def _settle_success(self, attempt: _Attempt, output: str) -> WorkflowStatus:
         lease = attempt.claimed.lease

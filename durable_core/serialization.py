@@ -33,6 +33,11 @@ kind            payload
 with the original (types included, recursively) and raises :class:`SerializationError` on the
 first run if anything would change. Decoding never guesses: unknown tags, types that cannot be
 imported or that are not of the tagged kind raise :class:`SerializationError` too.
+
+Not stored: pydantic private attributes (read back at their defaults) and which pydantic
+fields were explicitly set. Refused: NaN inside sets or dict keys and identity-hashed objects
+in sets (neither is found again after a round trip), subclasses of the builtin types, and
+classes that cannot be imported by ``module:qualname``.
 """
 
 from __future__ import annotations

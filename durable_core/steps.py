@@ -33,8 +33,9 @@ class Step(Generic[P, R]):
 
     async def _run_body(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.is_async:
-            return await cast(Callable[P, Awaitable[R]], self.fn)(*args, **kwargs)
-        call = functools.partial(cast(Callable[P, R], self.fn), *args, **kwargs)
+            # String casts: subscripting typing.Callable at run time costs ~1 us a call.
+            return await cast("Callable[P, Awaitable[R]]", self.fn)(*args, **kwargs)
+        call = functools.partial(cast("Callable[P, R]", self.fn), *args, **kwargs)
         return await anyio.to_thread.run_sync(call)
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -110,6 +110,9 @@ class WorkflowWorker:
         async with anyio.create_task_group() as outer:
             if handle_signals:
                 outer.start_soon(self._watch_signals, outer)
+            # One task renews every in-flight lease (cancelled with ``outer`` once the
+            # workflows have settled), instead of a heartbeat task per workflow.
+            outer.start_soon(self.executor.keep_leases)
             async with anyio.create_task_group() as running:
                 await self._claim_loop(claimer, running)
                 logger.info(

@@ -361,6 +361,17 @@ def _claimed(row: asyncpg.Record, worker_id: str) -> ClaimedWorkflow:
     )
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's ``reset`` hook: nothing to undo.
+
+    asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+    RESET ALL`` on every release, one more round trip per statement. Pooled
+    connections here only ever run single statements (no SET, LISTEN, cursors or
+    session locks; ``LISTEN`` has its own connection), and asyncpg still rolls back
+    a transaction left open.
+    """
+
+
 def _driver_error(exc: BaseException) -> BaseException:
     """The asyncpg (or OS) exception under a SQLAlchemy wrapper, else ``exc`` itself."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
@@ -394,6 +405,7 @@ class PostgresStore:
         self._min_size = min_size
         self._max_size = max_size
         self._pool_options = {k: v for k, v in connect_kwargs.items() if k in _POOL_ONLY_OPTIONS}
+        self._pool_options.setdefault("reset", _keep_session)
         options = {k: v for k, v in connect_kwargs.items() if k not in _POOL_ONLY_OPTIONS}
         options["server_settings"] = {
             **_DEFAULT_SERVER_SETTINGS,
