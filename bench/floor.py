@@ -1,0 +1,153 @@
+"""The floor: bare asyncpg issuing the framework's round trips with nothing around them.
+
+:func:`run_worker` mirrors what ``WorkflowWorker`` does, statement for
+statement: one claim loop that claims as many rows as there are free slots, a
+task per claimed row issuing ``start_step`` + ``complete_step`` per step and a
+final ``settle``, and, when a claim comes back short, a wait for ``NOTIFY`` (or
+the poll interval). It runs as ``python -m bench.floor`` so that it is a
+separate process exactly like a real worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+import asyncpg
+
+from bench import sql
+from bench.common import plain_dsn
+from durable_core.client import new_workflow_id
+from durable_core.config import WorkflowConfig
+
+LEASE_SECONDS = float(WorkflowConfig().lock_timeout_secs)
+STEP_NAMES = ("bench.app.first", "bench.app.second", "bench.app.third")
+STEP_INPUT = '{"args":[1],"kwargs":{}}'
+STEP_OUTPUT = "2"
+
+
+def step_name(index: int) -> str:
+    """The name the framework's step at ``index`` of ``three_steps`` has."""
+    return STEP_NAMES[index % len(STEP_NAMES)]
+
+
+async def run_steps(
+    pool: asyncpg.Pool, workflow_id: str, token: str, steps: int, sleep: float = 0.0
+) -> None:
+    """Record ``steps`` steps (start + complete each) and settle, fenced by ``token``.
+
+    Each step sleeps ``sleep`` seconds between its two writes.
+    """
+    for index in range(steps):
+        done = await pool.fetchval(
+            sql.START_STEP, workflow_id, token, index, step_name(index), STEP_INPUT
+        )
+        if done is None:
+            raise RuntimeError(f"floor lost the lease on {workflow_id}")
+        if sleep:
+            await asyncio.sleep(sleep)
+        done = await pool.fetchval(sql.COMPLETE_STEP, workflow_id, token, index, STEP_OUTPUT)
+        if done is None:
+            raise RuntimeError(f"floor lost the lease on {workflow_id}")
+    done = await pool.fetchval(sql.SETTLE_FINAL, workflow_id, token, STEP_OUTPUT, None, "succeeded")
+    if done is None:
+        raise RuntimeError(f"floor lost the lease on {workflow_id}")
+
+
+def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> tuple[Any, ...]:
+    """The parameters of the enqueue statement for ``count`` rows."""
+    return (
+        [new_workflow_id() for _ in range(count)],
+        [name] * count,
+        [input] * count,
+        [3] * count,
+        [0.0] * count,
+    )
+
+
+async def run_worker(
+    url: str, *, concurrency: int, steps: int, sleep: float, poll_ms: float, listen: bool
+) -> None:
+    """Claim and run rows until SIGTERM, like ``durable_core worker`` with no framework."""
+    dsn = plain_dsn(url)
+    pool = await asyncpg.create_pool(dsn, **sql.pool_options("durable_floor"))
+    listener: asyncpg.Connection | None = None
+    notified = asyncio.Event()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    loop.add_signal_handler(signal.SIGINT, stopping.set)
+    if listen:
+        listener = await asyncpg.connect(dsn, server_settings=sql.SERVER_SETTINGS)
+        await listener.add_listener(sql.CHANNEL, lambda *_: notified.set())
+    worker_id = f"floor:{os.getpid()}"
+    in_flight = 0
+    slot_free = asyncio.Event()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run_one(row: asyncpg.Record) -> None:
+        nonlocal in_flight
+        try:
+            # A negative --sleep takes the seconds from the workflow's first argument.
+            seconds = json.loads(row[2])["args"][0] if sleep < 0 else sleep
+            await run_steps(pool, row[0], row[5], steps, seconds)
+        finally:
+            in_flight -= 1
+            slot_free.set()
+
+    async def wait_any(*events: asyncio.Event, timeout: float) -> None:
+        waiters = [asyncio.ensure_future(event.wait()) for event in events]
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+
+    while not stopping.is_set():
+        free = concurrency - in_flight
+        if free <= 0:
+            slot_free.clear()
+            await wait_any(slot_free, stopping, timeout=60)
+            continue
+        notified.clear()
+        rows = await pool.fetch(sql.CLAIM, worker_id, free, LEASE_SECONDS)
+        for row in rows:
+            in_flight += 1
+            task = asyncio.create_task(run_one(row))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if len(rows) < free:
+            await wait_any(notified, stopping, timeout=poll_ms / 1000)
+    if tasks:
+        await asyncio.gather(*tasks)
+    if listener is not None:
+        await listener.close()
+    await pool.close()
+
+
+def main() -> None:
+    """``python -m bench.floor``: a floor worker process."""
+    parser = argparse.ArgumentParser(prog="python -m bench.floor")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--poll-ms", type=float, default=1000)
+    parser.add_argument("--no-listen", action="store_true")
+    args = parser.parse_args()
+    asyncio.run(
+        run_worker(
+            args.url,
+            concurrency=args.concurrency,
+            steps=args.steps,
+            sleep=args.sleep,
+            poll_ms=args.poll_ms,
+            listen=not args.no_listen,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""One module per measurement; each exposes ``NAME``, ``TITLE`` and ``async run(settings)``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+
+from bench.common import ScenarioResult, Settings
+from bench.scenarios import claim, e2e, enqueue, latency, memory, steps
+
+Runner = Callable[[Settings, ScenarioResult], Awaitable[None]]
+
+ALL: tuple[ModuleType, ...] = (enqueue, e2e, latency, claim, steps, memory)
+"""In the order a full run measures them (the slow, table-filling claim test late)."""
+
+BY_NAME: dict[str, ModuleType] = {module.NAME: module for module in ALL}

@@ -1,0 +1,265 @@
+"""Per-step overhead, in-process: a persisted step against a bare call and two bare round trips.
+
+A workflow calling the same trivial step many times runs through the real
+``Executor``; the body times each step call. On PostgreSQL the floor is the
+step's two statements (``start_step`` + ``complete_step``) sent by bare
+asyncpg under a real lease. With a store that does nothing the figure is the
+framework's own CPU per step; a replay from cache shows the cached-step path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio.lowlevel
+import asyncpg
+
+from bench import app, sql
+from bench.common import Figure, ScenarioResult, Settings, median, reset
+from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, enqueue_args
+from durable_core import DurableClient, Executor, WorkflowConfig
+from durable_core.records import ClaimedWorkflow, Lease, StepRecord, StepStatus
+from durable_core.serialization import encode, encode_arguments
+from durable_core.worker import WorkflowWorker
+from durable_postgres import PostgresStore
+
+NAME = "steps"
+TITLE = "Per-step overhead, in-process (microseconds per step)"
+
+
+class NullStore:
+    """A store whose execution-side writes return at once: the framework's CPU alone."""
+
+    description = "null store"
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        pass
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        pass
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        pass
+
+    async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
+        pass
+
+    async def settle(self, lease: Lease, status: Any, **fields: Any) -> None:
+        pass
+
+    async def load_steps(self, workflow_id: str) -> list[StepRecord]:
+        return []
+
+
+class NullClaimStore(NullStore):
+    """Hands out ``total`` three-step workflows at once; every operation yields once, like I/O."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total
+        self.input = encode_arguments((1,), {}, what="input")
+        self.worker: WorkflowWorker | None = None
+
+    async def claim(
+        self, *, worker_id: str, limit: int, lease_seconds: float
+    ) -> list[ClaimedWorkflow]:
+        count = min(limit, self.left)
+        self.left -= count
+        await anyio.lowlevel.checkpoint()
+        return [
+            ClaimedWorkflow(
+                id=f"null-{self.left + i}",
+                name="bench.app.three_steps",
+                input=self.input,
+                attempts=1,
+                max_attempts=3,
+                lease=Lease(f"null-{self.left + i}", "token", worker_id),
+                steps=(),
+            )
+            for i in range(count)
+        ]
+
+    async def wait_for_work(self, timeout: float) -> None:
+        if self.left == 0 and self.worker is not None:
+            self.worker.stop()
+        await anyio.lowlevel.checkpoint()
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def settle(self, lease: Lease, status: Any, **fields: Any) -> None:
+        await anyio.lowlevel.checkpoint()
+
+
+async def _worker_cpu_us(total: int, concurrency: int) -> float:
+    """Process CPU per workflow of a real ``WorkflowWorker`` draining a :class:`NullClaimStore`."""
+    store = NullClaimStore(total)
+    worker = WorkflowWorker(store, WorkflowConfig(concurrency=concurrency))  # type: ignore[arg-type]
+    store.worker = worker
+    started = time.process_time()
+    await worker.run()
+    return (time.process_time() - started) / total * 1e6
+
+
+def _claimed(count: int, cached: bool) -> ClaimedWorkflow:
+    steps: tuple[StepRecord, ...] = ()
+    if cached:
+        steps = tuple(
+            StepRecord(
+                i,
+                "bench.app.add_one",
+                StepStatus.SUCCEEDED,
+                encode_arguments((i,), {}, what="input"),
+                encode(i + 1),
+            )
+            for i in range(count)
+        )
+    return ClaimedWorkflow(
+        id="bench-null",
+        name="bench.app.many_steps",
+        input=encode_arguments((count,), {}, what="input"),
+        attempts=1,
+        max_attempts=3,
+        lease=Lease("bench-null", "token", "bench"),
+        steps=steps,
+    )
+
+
+async def _framework_steps(executor: Executor, claimed: ClaimedWorkflow) -> list[float]:
+    app.step_times.clear()
+    await executor.run(claimed)
+    return [t * 1e6 for t in app.step_times]
+
+
+async def _postgres_steps(store: PostgresStore, client: DurableClient, count: int) -> list[float]:
+    handle = await client.start_workflow(app.many_steps, count)
+    claimed = await store.acquire(handle.id, worker_id="bench", lease_seconds=LEASE_SECONDS)
+    assert claimed is not None
+    return await _framework_steps(Executor(store, WorkflowConfig()), claimed)
+
+
+async def _floor_steps(pool: asyncpg.Pool, count: int) -> list[float]:
+    await pool.fetch(sql.ENQUEUE, *enqueue_args(1, "bench.app.many_steps"))
+    row = (await pool.fetch(sql.CLAIM, "bench:floor", 1, LEASE_SECONDS))[0]
+    workflow_id, token = row[0], row[5]
+    times = []
+    clock = time.perf_counter
+    for index in range(count):
+        started = clock()
+        done = await pool.fetchval(
+            sql.START_STEP, workflow_id, token, index, "bench.app.add_one", STEP_INPUT
+        )
+        assert done is not None
+        done = await pool.fetchval(sql.COMPLETE_STEP, workflow_id, token, index, STEP_OUTPUT)
+        assert done is not None
+        times.append((clock() - started) * 1e6)
+    await pool.fetchval(sql.SETTLE_FINAL, workflow_id, token, STEP_OUTPUT, None, "succeeded")
+    return times
+
+
+async def _per_call_ns(calls: int, fn: Any) -> float:
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for i in range(calls):
+            await fn(i)
+        best = min(best, (time.perf_counter() - started) / calls * 1e9)
+    return best
+
+
+async def run(settings: Settings, result: ScenarioResult) -> None:
+    count = settings.pick(300, 10)
+    rounds = settings.pick(5, 1)
+    bare_ns = await _per_call_ns(settings.pick(100_000, 100), app.bare_add)
+    inline_ns = await _per_call_ns(settings.pick(20_000, 100), app.add_one)
+    worker_us = [
+        await _worker_cpu_us(settings.pick(5000, 50), concurrency)
+        for concurrency in (1, 32)
+        for _ in range(rounds)
+    ]
+    null_executor = Executor(NullStore(), WorkflowConfig())  # type: ignore[arg-type]
+    null_us: list[float] = []
+    cached_us: list[float] = []
+    for _ in range(rounds):
+        null_us += await _framework_steps(null_executor, _claimed(count, cached=False))
+        cached_us += await _framework_steps(null_executor, _claimed(count, cached=True))
+
+    conn = await asyncpg.connect(settings.dsn)
+    pool = await asyncpg.create_pool(settings.dsn, **sql.pool_options("durable_floor"))
+    store = PostgresStore(settings.url)
+    await store.open()
+    client = DurableClient(store)
+    pg_us: list[float] = []
+    floor_us: list[float] = []
+    try:
+        await reset(conn)
+        for i in range(rounds):
+            if i % 2 == 0:
+                floor_us += await _floor_steps(pool, count)
+                pg_us += await _postgres_steps(store, client, count)
+            else:
+                pg_us += await _postgres_steps(store, client, count)
+                floor_us += await _floor_steps(pool, count)
+    finally:
+        await reset(conn)
+        await store.close()
+        await pool.close()
+        await conn.close()
+
+    bare_us = bare_ns / 1000
+    result.add(
+        Figure(
+            name="persisted step on PostgreSQL",
+            unit="us",
+            value=median(pg_us),
+            floor=median(floor_us),
+            better="lower",
+            note="floor = start_step + complete_step statements by bare asyncpg",
+        )
+    )
+    result.add(
+        Figure(
+            name="framework CPU per persisted step (store does nothing)",
+            unit="us",
+            value=median(null_us),
+            floor=bare_us,
+            better="lower",
+            note=f"floor = bare await of the step function ({bare_ns:.0f} ns)",
+        )
+    )
+    result.add(
+        Figure(
+            name="step replayed from the cache",
+            unit="us",
+            value=median(cached_us),
+            floor=bare_us,
+            better="lower",
+            note="floor = bare await of the step function",
+        )
+    )
+    result.add(
+        Figure(
+            name="step called outside a workflow (inline)",
+            unit="us",
+            value=inline_ns / 1000,
+            floor=bare_us,
+            better="lower",
+            note="floor = bare await of the step function",
+        )
+    )
+    result.add(
+        Figure(
+            name="framework CPU per three-step workflow, whole worker path (store does nothing)",
+            unit="us",
+            value=median(worker_us),
+            better="lower",
+            note="WorkflowWorker at concurrency 1 and 32: claim loop, executor, steps, settle, "
+            "hooks (no log handler in-process); every store call only yields once",
+        )
+    )
+    result.details["worker_cpu_us"] = worker_us
+    result.details["steps_per_workflow"] = count
+    result.details["overhead_us_over_floor"] = median(pg_us) - median(floor_us)
