@@ -76,25 +76,9 @@ class _Attempt:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, _MAX_STORE_BACKOFF)
 
-    async def heartbeat(self) -> None:
-        """Renew the lease at half the lock timeout until cancelled."""
-        config = self.executor.config
-        store = self.executor.store
-        while True:
-            await anyio.sleep(config.heartbeat_interval)
-            try:
-                await store.heartbeat(self.claimed.lease, config.lock_timeout_secs)
-            except LeaseLostError:
-                self.lease_lost = True
-                self.body_scope.cancel()
-                return
-            except StoreUnavailableError as exc:
-                logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
-                continue
-            self.lease_deadline = time.monotonic() + config.lock_timeout_secs
-
     async def renew(self, keeper: _LeaseKeeper) -> None:
-        """One turn of :meth:`heartbeat`, run by the keeper; schedules the next turn."""
+        """Renew the lease once (the keeper calls this at half the lock timeout); on lease
+        loss, cancel the body; then schedule the next renewal."""
         config = self.executor.config
         try:
             await self.executor.store.heartbeat(self.claimed.lease, config.lock_timeout_secs)
@@ -116,9 +100,9 @@ class _LeaseKeeper:
     """Renews the lease of every attempt in flight from one task.
 
     Each lease is renewed at half the lock timeout after its attempt began and after
-    each renewal, as :meth:`_Attempt.heartbeat` does, without a task and a cancelled
-    scope per attempt. An attempt leaves the keeper when its body ends, however it
-    ends; a renewal still in flight then changes nothing.
+    each renewal, without a task and a cancelled scope per attempt. An attempt leaves
+    the keeper when its body ends, however it ends; a renewal still in flight then
+    changes nothing.
     """
 
     def __init__(self) -> None:
@@ -158,7 +142,7 @@ class Executor:
     async def keep_leases(self) -> None:
         """Renew the lease of every attempt this executor runs, from this one task, until
         cancelled. The worker runs it beside its workflows; without it (the in-process
-        runner) each attempt renews its lease from a heartbeat task of its own."""
+        runner) each attempt runs a keeper of its own."""
         keeper = _LeaseKeeper()
         self._keeper = keeper
         try:
@@ -209,22 +193,17 @@ class Executor:
             persist=attempt.persist,
         )
 
-        result: Any
-        failure: Exception | None
-        keeper = self._keeper
-        if keeper is not None:
-            keeper.attempts.add(attempt)
-            try:
-                result, failure = await self._call(attempt, ctx, definition.fn, args, kwargs)
-            finally:
-                keeper.attempts.discard(attempt)
+        body = definition.fn
+        if self._keeper is not None:
+            result, failure = await self._kept(self._keeper, attempt, ctx, body, args, kwargs)
         else:
-            async with anyio.create_task_group() as heartbeat_group:
-                heartbeat_group.start_soon(attempt.heartbeat)
+            async with anyio.create_task_group() as own:
+                keeper = _LeaseKeeper()
+                own.start_soon(keeper.run, self.config.heartbeat_interval)
                 try:
-                    result, failure = await self._call(attempt, ctx, definition.fn, args, kwargs)
+                    result, failure = await self._kept(keeper, attempt, ctx, body, args, kwargs)
                 finally:
-                    heartbeat_group.cancel_scope.cancel()
+                    own.cancel_scope.cancel()
 
         if attempt.lease_lost or isinstance(failure, LeaseLostError):
             raise LeaseLostError(f"lease lost on workflow {claimed.id}")
@@ -239,15 +218,18 @@ class Executor:
         return await self._settle_failure(attempt, failure, step=step)
 
     @staticmethod
-    async def _call(
+    async def _kept(
+        keeper: _LeaseKeeper,
         attempt: _Attempt,
         ctx: WorkflowContext,
         fn: Callable[..., Awaitable[Any]],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> tuple[Any, Exception | None]:
-        """Run the body as the current workflow: ``(result, None)`` or ``(None, exception)``."""
+        """Run the body as the current workflow, its lease renewed by ``keeper`` until it
+        ends: ``(result, None)`` or ``(None, exception)``."""
         token = ctx.activate()
+        keeper.attempts.add(attempt)
         try:
             with attempt.body_scope:
                 return await fn(*args, **kwargs), None
@@ -255,6 +237,7 @@ class Executor:
         except Exception as exc:
             return None, exc
         finally:
+            keeper.attempts.discard(attempt)
             ctx.deactivate(token)
 
     async def _settle_success(self, attempt: _Attempt, output: str) -> WorkflowStatus:
