@@ -8,7 +8,6 @@ limits and how driver failures are translated.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -29,28 +28,11 @@ from durable_core.errors import (
 )
 from durable_core.records import StepStatus, WorkflowStatus
 from durable_mysql import MySQLStore, ensure_database
+from tests.conftest import MYSQL_URL
 
 pytestmark = pytest.mark.anyio
 
-MYSQL_URL = os.environ.get("DURABLE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/durable_test")
 BASE_URL = MYSQL_URL.rsplit("/", 1)[0]
-
-
-@pytest.fixture(scope="session")
-async def mysql_url() -> str:
-    """The test database, created and given a fresh schema. Unreachable fails, never skips."""
-    try:
-        await ensure_database(MYSQL_URL)
-    except StoreUnavailableError as exc:
-        pytest.fail(f"MariaDB/MySQL is required at {MYSQL_URL} and cannot be reached: {exc}")
-    store = MySQLStore(MYSQL_URL)
-    await store.open()
-    try:
-        await schema.drop_schema(store.engine)
-        await store.apply_schema()
-    finally:
-        await store.close()
-    return MYSQL_URL
 
 
 @pytest.fixture
