@@ -15,6 +15,8 @@ from durable_sqlite import SQLiteStore
 POSTGRES_URL = os.environ.get(
     "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/durable_test"
 )
+pytest_plugins = ["tests.side_effects"]
+
 MYSQL_URL = os.environ.get("DURABLE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/durable_test")
 
 

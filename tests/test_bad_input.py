@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,42 +37,11 @@ from durable_core.records import NewWorkflow
 from durable_core.testing import WorkflowRunner
 from durable_core.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
+from tests.side_effects import effect, effect_count
 
 FAST = WorkflowConfig(retry_backoff_secs=0)
 
 # -- helpers ---------------------------------------------------------------------------------
-
-_EFFECTS: list[Path] = []
-
-
-def effect(tag: str) -> None:
-    conn = sqlite3.connect(_EFFECTS[0], timeout=5, isolation_level=None)
-    try:
-        conn.execute("INSERT INTO side_effects (tag) VALUES (?)", (tag,))
-    finally:
-        conn.close()
-
-
-def effect_count(tag: str) -> int:
-    conn = sqlite3.connect(_EFFECTS[0], timeout=5)
-    try:
-        return int(
-            conn.execute("SELECT count(*) FROM side_effects WHERE tag = ?", (tag,)).fetchone()[0]
-        )
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def effects(tmp_path: Path) -> Iterator[Callable[[str], int]]:
-    path = tmp_path / "effects.db"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE side_effects (id INTEGER PRIMARY KEY, tag TEXT NOT NULL)")
-    conn.commit()
-    conn.close()
-    _EFFECTS[:] = [path]
-    yield effect_count
-    _EFFECTS.clear()
 
 
 def query(store: SQLiteStore, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -12,7 +12,7 @@ import dataclasses
 import sqlite3
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -36,44 +36,12 @@ from durable_core import (
 from durable_core.failures import load_error
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
+from tests.side_effects import effect, effect_count
 
 THIS = sys.modules[__name__]
 FAST = WorkflowConfig(retry_backoff_secs=0)
 
 # -- helpers: side effects in a real table, raw SQL on the store's file -------------------
-
-_EFFECTS: list[Path] = []
-
-
-def effect(tag: str) -> None:
-    """Record one execution of something, durably, in the side-effects file."""
-    conn = sqlite3.connect(_EFFECTS[0], timeout=5, isolation_level=None)
-    try:
-        conn.execute("INSERT INTO side_effects (tag) VALUES (?)", (tag,))
-    finally:
-        conn.close()
-
-
-def effect_count(tag: str) -> int:
-    conn = sqlite3.connect(_EFFECTS[0], timeout=5)
-    try:
-        return int(
-            conn.execute("SELECT count(*) FROM side_effects WHERE tag = ?", (tag,)).fetchone()[0]
-        )
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def effects(tmp_path: Path) -> Iterator[Callable[[str], int]]:
-    path = tmp_path / "effects.db"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE side_effects (id INTEGER PRIMARY KEY, tag TEXT NOT NULL)")
-    conn.commit()
-    conn.close()
-    _EFFECTS[:] = [path]
-    yield effect_count
-    _EFFECTS.clear()
 
 
 def db_path(store: SQLiteStore) -> str:
