@@ -20,6 +20,15 @@ from tests.worker import app
 from tests.worker.conftest import Workers, eventually
 
 
+async def step_ran(sql: asyncpg.Connection, step: str, *, what: str) -> None:
+    """Wait until a worker has entered ``step`` (recorded in the side table)."""
+
+    async def entered() -> bool:
+        return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = $1", step))
+
+    await eventually(entered, timeout=30, what=what)
+
+
 async def status_counts(sql: asyncpg.Connection) -> dict[str, int]:
     rows = await sql.fetch("SELECT status, count(*) AS n FROM workflows GROUP BY status")
     return {row["status"]: row["n"] for row in rows}
@@ -61,10 +70,7 @@ async def test_sigkill_mid_step_is_reclaimed_after_the_lease_and_resumes(
     handle = await DurableClient(pg).start_workflow(app.killed_mid_step, 10)
     victim = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
 
-    async def hanging() -> bool:
-        return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'hang'"))
-
-    await eventually(hanging, timeout=30, what="the worker to enter the hanging step")
+    await step_ran(sql, "hang", what="the worker to enter the hanging step")
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     row = await sql.fetchrow("SELECT status, attempts FROM workflows WHERE id = $1", handle.id)
@@ -180,10 +186,7 @@ async def test_a_zombie_whose_lease_was_reclaimed_cannot_write_or_settle(
     handle = await DurableClient(pg).start_workflow(app.whoami_flow, 3.0)
     zombie = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
 
-    async def step_started() -> bool:
-        return bool(await sql.fetchval("SELECT count(*) FROM step_runs"))
-
-    await eventually(step_started, timeout=30, what="the zombie to start its step")
+    await step_ran(sql, "whoami", what="the zombie to start its step")
     zombie.send_signal(signal.SIGSTOP)
     try:
         owner = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
@@ -220,10 +223,7 @@ async def test_a_second_signal_abandons_in_flight_work_to_be_reclaimed(
     handle = await DurableClient(pg).start_workflow(app.killed_mid_step, 1)
     proc = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
 
-    async def hanging() -> bool:
-        return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'hang'"))
-
-    await eventually(hanging, timeout=30, what="the worker to enter the hanging step")
+    await step_ran(sql, "hang", what="the worker to enter the hanging step")
     proc.send_signal(signal.SIGTERM)
     await anyio.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
