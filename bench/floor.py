@@ -42,31 +42,53 @@ async def run_steps(
 
     Each step sleeps ``sleep`` seconds between its two writes.
     """
+    lease = {"workflow": workflow_id, "token": token}
     for index in range(steps):
-        done = await pool.fetchval(
-            sql.START_STEP, workflow_id, token, index, step_name(index), STEP_INPUT
+        status = await pool.execute(
+            sql.START_STEP.sql,
+            *sql.positional(
+                sql.START_STEP,
+                **lease,
+                index=index,
+                step_name=step_name(index),
+                input=STEP_INPUT,
+            ),
         )
-        if done is None:
+        if status.endswith(" 0"):
             raise RuntimeError(f"floor lost the lease on {workflow_id}")
         if sleep:
             await asyncio.sleep(sleep)
-        done = await pool.fetchval(sql.COMPLETE_STEP, workflow_id, token, index, STEP_OUTPUT)
-        if done is None:
+        status = await pool.execute(
+            sql.COMPLETE_STEP.sql,
+            *sql.positional(sql.COMPLETE_STEP, **lease, index=index, output_json=STEP_OUTPUT),
+        )
+        if status.endswith(" 0"):
             raise RuntimeError(f"floor lost the lease on {workflow_id}")
-    done = await pool.fetchval(sql.SETTLE_FINAL, workflow_id, token, STEP_OUTPUT, None, "succeeded")
-    if done is None:
+    status = await pool.execute(
+        sql.SETTLE_FINAL.sql,
+        *sql.positional(
+            sql.SETTLE_FINAL, **lease, output_json=STEP_OUTPUT, error_json=None, outcome="succeeded"
+        ),
+    )
+    if status.endswith(" 0"):
         raise RuntimeError(f"floor lost the lease on {workflow_id}")
 
 
-def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> tuple[Any, ...]:
-    """The parameters of the enqueue statement for ``count`` rows."""
-    return (
-        [new_workflow_id() for _ in range(count)],
-        [name] * count,
-        [input] * count,
-        [3] * count,
-        [0.0] * count,
+def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> list[Any]:
+    """The parameters of the enqueue statement (``sql.ENQUEUE.sql``) for ``count`` rows."""
+    return sql.positional(
+        sql.ENQUEUE,
+        ids=[new_workflow_id() for _ in range(count)],
+        names=[name] * count,
+        inputs=[input] * count,
+        max_attempts=[3] * count,
+        delays=[0.0] * count,
     )
+
+
+def claim_args(worker_id: str, limit: int) -> list[Any]:
+    """The parameters of the claim statement (``sql.CLAIM.sql``)."""
+    return sql.positional(sql.CLAIM, worker=worker_id, limit=limit, lease_seconds=LEASE_SECONDS)
 
 
 async def run_worker(
@@ -112,7 +134,7 @@ async def run_worker(
             await wait_any(slot_free, stopping, timeout=60)
             continue
         notified.clear()
-        rows = await pool.fetch(sql.CLAIM, worker_id, free, LEASE_SECONDS)
+        rows = await pool.fetch(sql.CLAIM.sql, *claim_args(worker_id, free))
         for row in rows:
             in_flight += 1
             task = asyncio.create_task(run_one(row))

@@ -1,7 +1,10 @@
-"""The statements the floor issues: imported from the store, so the floor follows its SQL.
+"""The statements the floor issues: compiled from the store's own, so the floor follows its SQL.
 
-Nothing here is copied: when ``durable_postgres/store.py`` changes a statement,
-the floor issues the changed statement too.
+Nothing here is copied: when the shared rules (``durable_core.sql.statements``)
+or the PostgreSQL ones (``durable_postgres.dialect``) change a statement, the
+floor issues the changed statement too. Each is a
+:class:`~durable_postgres.connector.Compiled`: ``.sql`` with its parameters in
+``.names`` order (``.args(params)`` orders a dict of them).
 """
 
 from __future__ import annotations
@@ -12,19 +15,28 @@ from typing import Any
 import asyncpg
 
 from durable_postgres import store as _store
+from durable_postgres.connector import Compiled, compile_statement
+from durable_postgres.dialect import CHANNEL, PostgresStatements
 
-CHANNEL: str = _store.CHANNEL
-ENQUEUE: str = _store._ENQUEUE
-CLAIM: str = _store.CLAIM_SQL
-START_STEP: str = _store._START_STEP
-COMPLETE_STEP: str = _store._COMPLETE_STEP
-SETTLE_FINAL: str = _store._SETTLE_FINAL
+_statements = PostgresStatements()
+ENQUEUE: Compiled = compile_statement(_statements.enqueue)
+CLAIM: Compiled = compile_statement(_statements.claim)
+START_STEP: Compiled = compile_statement(_statements.start_step)
+COMPLETE_STEP: Compiled = compile_statement(_statements.complete_step)
+SETTLE_FINAL: Compiled = compile_statement(_statements.settle_final)
 SERVER_SETTINGS: dict[str, str] = dict(_store._DEFAULT_SERVER_SETTINGS)
 
 _defaults = inspect.signature(_store.PostgresStore.__init__).parameters
 POOL_MIN: int = _defaults["min_size"].default
 """The framework store's default pool bounds; the floor's pool uses the same."""
 POOL_MAX: int = _defaults["max_size"].default
+
+__all__ = ["CHANNEL", "CLAIM", "COMPLETE_STEP", "ENQUEUE", "SETTLE_FINAL", "START_STEP"]
+
+
+def positional(statement: Compiled, **params: Any) -> list[Any]:
+    """The arguments of ``statement`` in its parameter order."""
+    return statement.args(params)
 
 
 async def _no_reset(conn: asyncpg.Connection) -> None:

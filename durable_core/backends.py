@@ -7,10 +7,11 @@ implementations.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 
-from .errors import InvalidDatabaseURLError
+from .errors import ConfigurationError, InvalidDatabaseURLError
 from .hooks import broken_plugins, plugin_manager
 from .store import Store
 
@@ -22,6 +23,19 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 def redact(url: str) -> str:
     """The URL with any password replaced by ``***``."""
     return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def require_driver(module: str, *, extra: str, database: str) -> None:
+    """Raise :class:`ConfigurationError` naming the extra to install when ``module`` is missing.
+
+    A backend calls it before it builds a store, so that a URL naming a database
+    whose driver is not installed says what to install instead of failing on import.
+    """
+    if importlib.util.find_spec(module) is None:
+        raise ConfigurationError(
+            f"{database} needs the {module} driver, which is not installed: "
+            f"pip install 'durable-core[{extra}]'"
+        )
 
 
 def url_forms() -> list[str]:

@@ -22,7 +22,9 @@ from .failures import load_error
 from .hooks import plugin_manager
 from .records import WorkflowStatus
 from .registry import default_registry
+from .schema import SCHEMA_VERSION
 from .store import EmbeddedDatabase, Store
+from .worker import single_error
 
 EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"
 APP_ENV = "DURABLE_APP"
@@ -127,12 +129,12 @@ async def _worker(args: argparse.Namespace) -> int:
 async def _migrate(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         await store.apply_schema()
-        print(f"durable tables applied to {store.description}")
+        print(f"durable schema at version {SCHEMA_VERSION} in {store.description}")
     return 0
 
 
 def _alembic(args: argparse.Namespace) -> int:
-    from .migrations import versions_dir_from_ini, write_revision
+    from .migrations import versions_dir_from_ini, write_revisions
 
     down = args.down_revision
     if args.versions_dir:
@@ -140,8 +142,8 @@ def _alembic(args: argparse.Namespace) -> int:
     else:
         versions, head = versions_dir_from_ini(args.config)
         down = down or head
-    path = write_revision(versions, down_revision=down)
-    print(f"wrote {path}")
+    for path in write_revisions(versions, down_revision=down):
+        print(f"wrote {path}")
     return 0
 
 
@@ -279,10 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--migrate", action="store_true", help="apply the schema first")
     worker.set_defaults(run=_worker)
 
-    migrate = with_database(commands.add_parser("migrate", help="create the durable tables"))
+    migrate = with_database(
+        commands.add_parser("migrate", help="create or upgrade the durable tables in place")
+    )
     migrate.set_defaults(run=_migrate)
 
-    alembic = commands.add_parser("alembic", help="write the Alembic revision into your project")
+    alembic = commands.add_parser(
+        "alembic", help="write the Alembic revisions your project lacks into it"
+    )
     alembic.add_argument("--config", default="alembic.ini", help="your alembic.ini")
     alembic.add_argument("--versions-dir", help="write here instead of alembic.ini's versions")
     alembic.add_argument("--down-revision", help="default: the current head")
@@ -321,9 +327,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             code = anyio.run(args.run, args)
     except FrameworkError as exc:
-        print(f"durable: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
+    except BaseExceptionGroup as group:
+        error = single_error(group)
+        if isinstance(error, FrameworkError):
+            return _fail(error)
+        raise
     return code
+
+
+def _fail(exc: FrameworkError) -> int:
+    """Print a :class:`FrameworkError` as one line; the exit code of every CLI error."""
+    message = " ".join(str(exc).split())
+    print(f"durable: error: {message}", file=sys.stderr)
+    return 2
 
 
 def run() -> None:

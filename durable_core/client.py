@@ -20,11 +20,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
-from . import hooks
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .errors import ConfigurationError, InvalidArgumentsError
 from .handle import WorkflowHandle
+from .hooks import observers
 from .records import NewWorkflow
 from .registry import Workflow, as_workflow
 from .serialization import encode_arguments
@@ -128,8 +128,7 @@ class DurableClient:
     async def _enqueue(self, rows: list[NewWorkflow]) -> None:
         await self.store.enqueue(rows)
         for row in rows:
-            hooks.notify(
-                "durable_workflow_enqueued",
+            observers().durable_workflow_enqueued(
                 workflow_id=row.id,
                 workflow_name=row.name,
                 max_attempts=row.max_attempts,

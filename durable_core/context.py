@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .records import Lease, StepRecord
 from .store import Store
+
+if TYPE_CHECKING:
+    from .attempt import Attempt
 
 _current: ContextVar[WorkflowContext | None] = ContextVar("durable_workflow_context", default=None)
 _inside_step: ContextVar[bool] = ContextVar("durable_inside_step", default=False)
-
-Persist = Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]
-
-
-async def _persist_once(operation: Callable[[], Awaitable[None]]) -> None:
-    await operation()
 
 
 @dataclass(eq=False)
@@ -32,18 +28,13 @@ class WorkflowContext:
     attempt: int
     max_attempts: int
     worker_id: str
-    store: Store
-    lease: Lease
-    steps: dict[int, StepRecord] = field(default_factory=dict)
-    persist: Persist = field(default=_persist_once, repr=False)
-    failed_step: tuple[int, str] | None = None
-    _next_index: int = 0
+    run: Attempt = field(repr=False)
+    """The attempt being run: steps record themselves through it."""
 
-    def next_step_index(self) -> int:
-        """Assign the next step index; indexes follow the order of step calls."""
-        index = self._next_index
-        self._next_index += 1
-        return index
+    @property
+    def store(self) -> Store:
+        """The store the workflow runs on."""
+        return self.run.store
 
     @staticmethod
     def current() -> WorkflowContext | None:

@@ -134,6 +134,12 @@ class SchemaMissingError(StoreError):
     retryable = False
 
 
+class SchemaOutdatedError(StoreError):
+    """The database's schema is older than this release needs. Run ``durable migrate``."""
+
+    retryable = False
+
+
 class CorruptRecordError(StoreError, SerializationError):
     """A stored row holds a value that cannot be read back."""
 
@@ -160,6 +166,7 @@ __all__ = [
     "NotAWorkflowError",
     "RegistrationError",
     "SchemaMissingError",
+    "SchemaOutdatedError",
     "SerializationError",
     "StepInputMismatchError",
     "StepNameMismatchError",

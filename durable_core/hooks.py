@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pluggy
 
@@ -139,18 +140,85 @@ class ObserverSpec:
         """A worker stopped claiming and is waiting for ``in_flight`` workflows."""
 
 
-_manager: pluggy.PluginManager | None = None
+OBSERVER_HOOKS = frozenset(name for name in vars(ObserverSpec) if name.startswith("durable_"))
 
 broken_plugins: dict[str, str] = {}
 """Entry points that failed to load, by name, with the reason (shown in URL errors)."""
 
 
-def _load_entry_points(manager: pluggy.PluginManager) -> None:
+def _guarded(hook: str, impl: pluggy.HookImpl) -> Callable[..., Any]:
+    function = impl.function
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except Exception:
+            fields = dict(zip(impl.argnames, args, strict=False))
+            logger.exception(
+                "observer %s raised in %s; ignored",
+                impl.plugin_name,
+                hook,
+                extra={key: fields[key] for key in ("workflow_id", "worker_id") if key in fields},
+            )
+            return None
+
+    return guarded
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, where an observer that raises is logged and skipped.
+
+    Observer hooks are called through pluggy's own hook caller, so wrappers and
+    call monitoring see every call. Each observer implementation is guarded when
+    it is registered; the store hooks are not (their errors are the caller's).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT)
+        self.add_hookspecs(StoreSpec)
+        self.add_hookspecs(ObserverSpec)
+        self.observing = False
+        """Whether any observer hook has an implementation (else firing one costs nothing)."""
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        registered = super().register(plugin, name)
+        for caller in self.get_hookcallers(plugin) or ():
+            if caller.name not in OBSERVER_HOOKS:
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not (impl.wrapper or impl.hookwrapper):
+                    # HookImpl.function is what pluggy's caller invokes.
+                    setattr(impl, "function", _guarded(caller.name, impl))  # noqa: B010
+        self._refresh()
+        return registered
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        removed = super().unregister(plugin, name)
+        self._refresh()
+        return removed
+
+    def _refresh(self) -> None:
+        self.observing = any(
+            getattr(self.hook, hook).get_hookimpls() for hook in sorted(OBSERVER_HOOKS)
+        )
+
+
+_manager: PluginManager | None = None
+_SILENT = ObserverSpec()
+
+
+def _load_entry_points(manager: PluginManager) -> None:
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if manager.get_plugin(entry_point.name) or manager.is_blocked(entry_point.name):
             continue
         try:
             plugin = entry_point.load()
+        except ModuleNotFoundError as exc:
+            # A built-in backend whose driver is not installed, most likely: it is
+            # named when a URL asks for it, not in every process's log.
+            broken_plugins[entry_point.name] = f"{entry_point.value}: {exc}"
+            logger.debug("durable_core plugin %r not loaded: %s", entry_point.name, exc)
+            continue
         except Exception as exc:
             broken_plugins[entry_point.name] = f"{entry_point.value}: {type(exc).__name__}: {exc}"
             logger.error(
@@ -163,19 +231,28 @@ def _load_entry_points(manager: pluggy.PluginManager) -> None:
         manager.register(plugin, name=entry_point.name)
 
 
-def plugin_manager() -> pluggy.PluginManager:
+def plugin_manager() -> PluginManager:
     """The process-wide plugin manager, with entry-point plugins loaded on first use.
 
     A plugin that fails to import is logged and left out, never fatal.
     """
     global _manager
     if _manager is None:
-        manager = pluggy.PluginManager(PROJECT)
-        manager.add_hookspecs(StoreSpec)
-        manager.add_hookspecs(ObserverSpec)
+        manager = PluginManager()
         _load_entry_points(manager)
         _manager = manager
     return _manager
+
+
+def observers() -> ObserverSpec:
+    """The observer hooks, to fire as ``observers().durable_step_started(...)``.
+
+    Typed as the spec, so mypy checks every call's arguments; at run time it is
+    pluggy's hook relay (or, while no observer is registered, the spec itself,
+    whose methods do nothing).
+    """
+    manager = plugin_manager()
+    return cast(ObserverSpec, manager.hook) if manager.observing else _SILENT
 
 
 def register_observer(observer: object, name: str | None = None) -> None:
@@ -186,21 +263,3 @@ def register_observer(observer: object, name: str | None = None) -> None:
 def unregister_observer(observer: object) -> None:
     """Undo :func:`register_observer`."""
     plugin_manager().unregister(observer)
-
-
-def notify(event: str, **fields: Any) -> None:
-    """Fire an observer hook. An observer that raises is logged and skipped."""
-    caller = getattr(plugin_manager().hook, event)
-    impls = caller.get_hookimpls()
-    if not impls:
-        return
-    for impl in reversed(impls):
-        try:
-            impl.function(**{arg: fields[arg] for arg in impl.argnames})
-        except Exception:
-            logger.exception(
-                "observer %s raised in %s; ignored",
-                impl.plugin_name,
-                event,
-                extra={key: fields[key] for key in ("workflow_id", "worker_id") if key in fields},
-            )

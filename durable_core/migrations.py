@@ -1,26 +1,107 @@
-"""Alembic revision files for the durable tables, written into the user's project.
+"""Bringing a database to the current schema: in place from code, or as Alembic revisions.
 
-The revision is rendered from :data:`durable_core.schema.metadata` by Alembic's
-own code renderer, so it creates exactly what :func:`~durable_core.schema.apply_schema`
-creates, frozen at the time it was written (later releases add new revisions
-rather than changing this one).
+Both routes run the same operations, those of
+:data:`durable_core.schema_history.VERSIONS`:
+
+- :func:`upgrade` applies the versions a database lacks, on a synchronous
+  SQLAlchemy connection (``apply_schema()`` and ``durable migrate`` call it);
+- :func:`write_revisions` renders each version a user's Alembic project lacks
+  as a revision file, chained on top of the last one.
+
+A database made before versions were recorded (release 0.1: the two tables,
+no ``durable_schema_versions``) counts as version 1.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from . import schema
+import sqlalchemy as sa
+from alembic.operations import ops
+
+from .coltypes import utcnow
 from .errors import ConfigurationError
+from .schema import SCHEMA_VERSION, schema_versions
+from .schema_history import VERSIONS, VERSIONS_TABLE, SchemaVersion
 
-REVISION_SLUG = "create_durable_workflow_tables"
+REVISION_SLUG = VERSIONS[0].slug
+"""The slug of the first revision (``<revision>_create_durable_workflow_tables.py``)."""
+
+
+# -- in place ----------------------------------------------------------------------------------
+
+
+def current_version(conn: sa.Connection) -> int:
+    """The schema version of the database: 0 when it has no durable tables."""
+    inspector = sa.inspect(conn)
+    if inspector.has_table(VERSIONS_TABLE):
+        found = conn.execute(sa.select(sa.func.max(schema_versions.c.version))).scalar()
+        return int(found) if found is not None else 1
+    return 1 if inspector.has_table("workflows") else 0
+
+
+def version_row(number: int) -> dict[str, Any]:
+    """The ``durable_schema_versions`` row recording that version ``number`` is applied."""
+    return {
+        "version": number,
+        "description": VERSIONS[number - 1].message,
+        "applied_at": utcnow(),
+    }
+
+
+def _has_table(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.CreateTableOp)
+    return inspector.has_table(op.table_name)
+
+
+def _has_index(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.CreateIndexOp)
+    return op.index_name in {ix["name"] for ix in inspector.get_indexes(op.table_name)}
+
+
+def _has_column(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.AddColumnOp)
+    return op.column.name in {c["name"] for c in inspector.get_columns(op.table_name)}
+
+
+# An operation whose result is already there is skipped, so an upgrade interrupted
+# half-way (MySQL commits each DDL statement on its own) can simply be run again.
+_PRESENT: dict[type[ops.MigrateOperation], Callable[[sa.Inspector, ops.MigrateOperation], bool]] = {
+    ops.CreateTableOp: _has_table,
+    ops.CreateIndexOp: _has_index,
+    ops.AddColumnOp: _has_column,
+}
+
+
+def upgrade(conn: sa.Connection, target: int = SCHEMA_VERSION) -> tuple[int, int]:
+    """Apply every version after the database's own up to ``target``; return ``(before, after)``.
+
+    Idempotent: a database already at ``target`` is left as it is.
+    """
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    before = current_version(conn)
+    operations = Operations(MigrationContext.configure(conn))
+    for version in VERSIONS[before:target]:
+        for op in version.operations():
+            if not _PRESENT[type(op)](sa.inspect(conn), op):
+                operations.invoke(op)
+        if version.number >= 2:
+            conn.execute(schema_versions.insert(), [version_row(version.number)])
+    return before, max(before, target)
+
+
+# -- as Alembic revisions ---------------------------------------------------------------------
 
 _TEMPLATE = '''"""{message}
 
-Written by `durable alembic` from durable-core's schema.
+Written by `durable alembic` from durable-core's schema (version {number}).
 
 Revision ID: {revision}
 Revises: {down_revision}
@@ -33,6 +114,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
+import durable_core.migrations
 import durable_core.schema
 
 revision: str = {revision!r}
@@ -49,72 +131,100 @@ def downgrade() -> None:
 {downgrade}
 '''
 
+_RECORD = (
+    "    op.bulk_insert(durable_core.schema.schema_versions, "
+    "[durable_core.migrations.version_row({number})])"
+)
+_FORGET = (
+    "    op.execute(durable_core.schema.schema_versions.delete()"
+    ".where(durable_core.schema.schema_versions.c.version == {number}))"
+)
 
-def render_revision(revision: str, down_revision: str | None) -> str:
-    """The text of the revision file."""
-    try:
-        from alembic.autogenerate import render_python_code
-        from alembic.operations import ops
-    except ImportError as exc:
-        raise ConfigurationError(
-            "writing Alembic revisions needs alembic: pip install 'durable-core[alembic]'"
-        ) from exc
 
-    upgrade_ops: list[ops.MigrateOperation] = []
-    downgrade_ops: list[ops.MigrateOperation] = []
-    for table in schema.metadata.sorted_tables:
-        upgrade_ops.append(ops.CreateTableOp.from_table(table))
-        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
-            upgrade_ops.append(ops.CreateIndexOp.from_index(index))
-    for table in reversed(schema.metadata.sorted_tables):
-        downgrade_ops.append(ops.DropTableOp.from_table(table))
+def _render(operations: list[ops.MigrateOperation]) -> str:
+    from alembic.autogenerate import render_python_code
 
-    def render(operations: list[ops.MigrateOperation]) -> str:
-        code = render_python_code(
-            ops.UpgradeOps(ops=operations),
-            user_module_prefix="durable_core.schema.",
-        )
-        code = re.sub(r"^[ \t]*# ###.*\n?", "", code, flags=re.MULTILINE)
-        return "\n".join(line for line in code.splitlines() if line.strip()) or "    pass"
+    code = render_python_code(
+        ops.UpgradeOps(ops=operations), user_module_prefix="durable_core.schema."
+    )
+    code = re.sub(r"^[ \t]*# ###.*\n?", "", code, flags=re.MULTILINE)
+    return "\n".join(line for line in code.splitlines() if line.strip())
 
+
+def render_revision(version: SchemaVersion, revision: str, down_revision: str | None) -> str:
+    """The text of the revision file for one schema version."""
+    forward = version.operations()
+    created = {op.table_name for op in forward if isinstance(op, ops.CreateTableOp)}
+    # Dropping a table drops its indexes and columns: reverse only the table itself.
+    backward = [
+        op.reverse()
+        for op in reversed(forward)
+        if isinstance(op, ops.CreateTableOp) or getattr(op, "table_name", None) not in created
+    ]
+    upgrade_lines = [_render(forward)]
+    downgrade_lines = [_render(backward)]
+    if version.number >= 2:
+        upgrade_lines.append(_RECORD.format(number=version.number))
+        downgrade_lines.insert(0, _FORGET.format(number=version.number))
     return _TEMPLATE.format(
-        message="create the durable workflow tables",
+        message=version.message,
+        number=version.number,
         revision=revision,
         down_revision=down_revision,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
-        upgrade=render(upgrade_ops),
-        downgrade=render(downgrade_ops),
+        upgrade="\n".join(upgrade_lines),
+        downgrade="\n".join(downgrade_lines),
     )
 
 
-def write_revision(
-    versions_dir: str | Path, *, down_revision: str | None = None, revision: str | None = None
-) -> Path:
-    """Write the revision into ``versions_dir`` and return its path.
+_REVISION_ID = re.compile(r"^revision: str = '([^']+)'", re.MULTILINE)
 
-    Refuses to write a second copy when one is already there.
+
+def written_revisions(versions_dir: Path) -> dict[int, tuple[str, Path]]:
+    """The durable schema revisions already in ``versions_dir``: version -> (revision, file)."""
+    found: dict[int, tuple[str, Path]] = {}
+    for version in VERSIONS:
+        for path in sorted(versions_dir.glob(f"*_{version.slug}.py")):
+            match = _REVISION_ID.search(path.read_text(encoding="utf-8"))
+            if match:
+                found[version.number] = (match.group(1), path)
+    return found
+
+
+def write_revisions(versions_dir: str | Path, *, down_revision: str | None = None) -> list[Path]:
+    """Write a revision for every schema version ``versions_dir`` lacks; return their paths.
+
+    The first new revision goes on top of ``down_revision`` (default: the last
+    durable revision already there), each next one on top of the one before.
+    Raises :class:`ConfigurationError` when every version is already written.
     """
     directory = Path(versions_dir)
     if not directory.is_dir():
         raise ConfigurationError(f"Alembic versions directory {directory} does not exist")
-    existing = sorted(directory.glob(f"*_{REVISION_SLUG}.py"))
-    if existing:
-        raise ConfigurationError(f"the durable tables revision already exists: {existing[0]}")
-    revision = revision or uuid.uuid4().hex[:12]
-    path = directory / f"{revision}_{REVISION_SLUG}.py"
-    path.write_text(render_revision(revision, down_revision), encoding="utf-8")
-    return path
+    written = written_revisions(directory)
+    missing = [version for version in VERSIONS if version.number not in written]
+    if not missing:
+        path = written[SCHEMA_VERSION][1]
+        raise ConfigurationError(
+            f"the durable schema revisions already exist up to version {SCHEMA_VERSION}: {path}"
+        )
+    if missing[0].number > 1 and missing[0].number - 1 in written and down_revision is None:
+        down_revision = written[missing[0].number - 1][0]
+    paths = []
+    for version in missing:
+        revision = uuid.uuid4().hex[:12]
+        path = directory / f"{revision}_{version.slug}.py"
+        path.write_text(render_revision(version, revision, down_revision), encoding="utf-8")
+        paths.append(path)
+        down_revision = revision
+    return paths
 
 
 def versions_dir_from_ini(ini_path: str | Path) -> tuple[Path, str | None]:
     """The versions directory and current head of the Alembic project at ``ini_path``."""
-    try:
-        from alembic.config import Config
-        from alembic.script import ScriptDirectory
-    except ImportError as exc:
-        raise ConfigurationError(
-            "reading alembic.ini needs alembic: pip install 'durable-core[alembic]'"
-        ) from exc
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
     path = Path(ini_path)
     if not path.is_file():
         raise ConfigurationError(f"no Alembic config at {path}")

@@ -9,10 +9,8 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import anyio.to_thread
 
-from . import hooks
 from .context import WorkflowContext, enter_step, inside_step, leave_step
 from .errors import FrameworkError, StepInputMismatchError, StepNameMismatchError
-from .failures import dump_error, error_record
 from .records import StepRecord, StepStatus
 from .registry import qualified_name
 from .serialization import decode, encode, encode_arguments
@@ -47,54 +45,34 @@ class Step(Generic[P, R]):
     async def _run_durably(
         self, ctx: WorkflowContext, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
-        index = ctx.next_step_index()
+        run = ctx.run
+        index = run.next_step_index()
         what = f"input of step {self.name!r} (index {index})"
         input_json = encode_arguments(args, kwargs, what=what)
-        fields = {
-            "worker_id": ctx.worker_id,
-            "workflow_id": ctx.workflow_id,
-            "attempts": ctx.attempt,
-            "max_attempts": ctx.max_attempts,
-            "step_index": index,
-            "step_name": self.name,
-        }
-        cached = ctx.steps.get(index)
+        cached = run.steps.get(index)
         if cached is not None:
             try:
                 _check_history(ctx, cached, self.name, input_json)
                 if cached.status is StepStatus.SUCCEEDED and cached.output is not None:
                     value = decode(cached.output, what=f"cached output of step {self.name!r}")
-                    hooks.notify("durable_step_succeeded", cached=True, **fields)
+                    run.step_replayed(index, self.name)
                     return cast(R, value)
             except FrameworkError:
                 # A broken replay (determinism, corrupt cache) is recorded against this step.
-                ctx.failed_step = (index, self.name)
+                run.replay_broken(index, self.name)
                 raise
 
-        lease, store = ctx.lease, ctx.store
-        await ctx.persist(lambda: store.start_step(lease, index, self.name, input_json))
-        hooks.notify("durable_step_started", **fields)
+        await run.step_started(index, self.name, input_json)
         token = enter_step()
         try:
             result = await self._run_body(*args, **kwargs)
             output_json = encode(result, what=f"output of step {self.name!r} (index {index})")
         except Exception as exc:
-            ctx.failed_step = (index, self.name)
-            error = dump_error(error_record(exc, step_index=index, step_name=self.name))
-            await ctx.persist(lambda: store.fail_step(lease, index, error))
-            hooks.notify("durable_step_failed", error=exc, **fields)
+            await run.step_failed(index, self.name, exc)
             raise
         finally:
             leave_step(token)
-        await ctx.persist(lambda: store.complete_step(lease, index, output_json))
-        ctx.steps[index] = StepRecord(
-            step_index=index,
-            step_name=self.name,
-            status=StepStatus.SUCCEEDED,
-            input=input_json,
-            output=output_json,
-        )
-        hooks.notify("durable_step_succeeded", cached=False, **fields)
+        await run.step_succeeded(index, self.name, input_json, output_json)
         return result
 
     def __repr__(self) -> str:

@@ -7,9 +7,9 @@ when that lease is no longer the current one (fencing). Times are given as
 durations so that each store can use its own clock (PostgreSQL uses the
 server's ``now()``).
 
-A claimer hands out work to workers. Only PostgreSQL offers one; stores that
-cannot claim raise :class:`~durable_core.errors.ClaimNotSupportedError` from
-``claim``.
+A claimer hands out work to workers. Only PostgreSQL offers one; a store that
+cannot claim simply does not have the :class:`Claimer` methods, and the worker
+refuses it with :class:`~durable_core.errors.ClaimNotSupportedError` at boot.
 """
 
 from __future__ import annotations
@@ -45,7 +45,15 @@ class Store(Protocol):
         ...
 
     async def apply_schema(self) -> None:
-        """Create the durable tables and indexes if they do not exist."""
+        """Create the durable tables, or upgrade them in place to the current version.
+
+        Idempotent, and safe to run from several processes at once.
+        """
+        ...
+
+    async def check_schema(self) -> None:
+        """Raise :class:`~durable_core.errors.SchemaMissingError` or
+        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current."""
         ...
 
     # -- enqueue and read side ------------------------------------------------

@@ -13,15 +13,14 @@ import os
 import signal
 import socket
 import uuid
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from . import hooks
 from .config import WorkflowConfig
 from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
 from .executor import Executor
+from .hooks import observers
 from .records import ClaimedWorkflow
 from .registry import Registry, default_registry
 from .store import Claimer, Store
@@ -89,12 +88,25 @@ class WorkflowWorker:
     async def run(self, *, handle_signals: bool = False) -> None:
         """Claim and run workflows until :meth:`stop` (or a signal, with ``handle_signals``).
 
-        Raises :class:`ClaimNotSupportedError` at the first claim on a store without
-        a claimer, and :class:`DuplicateWorkflowError` before claiming when two
-        functions share a workflow name.
+        Before claiming anything it raises :class:`DuplicateWorkflowError` when two
+        functions share a workflow name, :class:`ClaimNotSupportedError` on a store
+        without a claimer, and :class:`SchemaMissingError` or
+        :class:`SchemaOutdatedError` when the database is not at this release's
+        schema. A :class:`FrameworkError` that stops the worker later (the tables
+        dropped under it, say) is raised as itself, never inside an exception group.
         """
         self.registry.assert_no_duplicates()
         claimer = self._claimer()
+        await self.store.check_schema()
+        try:
+            await self._run(claimer, handle_signals)
+        except BaseExceptionGroup as group:
+            raise single_error(group) from None
+        if self._fatal is not None:
+            raise self._fatal
+        logger.info("worker %s stopped", self.worker_id, extra={"worker_id": self.worker_id})
+
+    async def _run(self, claimer: Claimer, handle_signals: bool) -> None:
         logger.info(
             "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows",
             self.worker_id,
@@ -104,8 +116,8 @@ class WorkflowWorker:
             len(self.registry.names()),
             extra={"worker_id": self.worker_id},
         )
-        hooks.notify(
-            "durable_worker_started", worker_id=self.worker_id, concurrency=self.config.concurrency
+        observers().durable_worker_started(
+            worker_id=self.worker_id, concurrency=self.config.concurrency
         )
         async with anyio.create_task_group() as outer:
             if handle_signals:
@@ -121,13 +133,10 @@ class WorkflowWorker:
                     self._in_flight,
                     extra={"worker_id": self.worker_id},
                 )
-                hooks.notify(
-                    "durable_worker_stopping", worker_id=self.worker_id, in_flight=self._in_flight
+                observers().durable_worker_stopping(
+                    worker_id=self.worker_id, in_flight=self._in_flight
                 )
             outer.cancel_scope.cancel()
-        if self._fatal is not None:
-            raise self._fatal
-        logger.info("worker %s stopped", self.worker_id, extra={"worker_id": self.worker_id})
 
     async def _watch_signals(self, outer: TaskGroup) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -167,12 +176,6 @@ class WorkflowWorker:
                     limit=free,
                     lease_seconds=self.config.lock_timeout_secs,
                 )
-            except ClaimNotSupportedError as exc:
-                # Leave the task groups cleanly so run() raises this error itself,
-                # not an ExceptionGroup wrapping it.
-                self._fatal = exc
-                self._stopping = True
-                return
             except StoreUnavailableError as exc:
                 logger.warning(
                     "claim failed, retrying in %.1fs: %s",
@@ -183,6 +186,12 @@ class WorkflowWorker:
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, _MAX_CLAIM_BACKOFF)
                 continue
+            except FrameworkError as exc:
+                # Stop claiming and let in-flight work settle; run() raises this error
+                # itself once the task groups are left.
+                self._fatal = exc
+                self._stopping = True
+                return
             backoff = 0.1
             for item in claimed:
                 self._in_flight += 1
@@ -222,28 +231,22 @@ class WorkflowWorker:
             await self._wake.wait()
 
     async def _run_one(self, claimed: ClaimedWorkflow) -> None:
-        fields: dict[str, Any] = {
-            "worker_id": self.worker_id,
-            "workflow_id": claimed.id,
-            "attempts": claimed.attempts,
-            "max_attempts": claimed.max_attempts,
-        }
         try:
             await self.executor.run(claimed)
-        except FrameworkError as exc:
-            logger.error(
-                "could not settle workflow %s (%s); its lease will expire and it will be reclaimed",
-                claimed.id,
-                exc,
-                extra={**fields, "outcome": "unsettled"},
-            )
         except Exception:
-            logger.exception(
-                "internal error running workflow %s; its lease will expire and it will be "
-                "reclaimed",
-                claimed.id,
-                extra={**fields, "outcome": "unsettled"},
-            )
+            pass  # the executor logged it, with the attempt's fields
         finally:
             self._in_flight -= 1
             self._slot_free.set()
+
+
+def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error to raise for ``group``: its first :class:`FrameworkError` when every
+    error in it is one, else the group itself (a bug must keep its full traceback)."""
+    framework, rest = group.split(FrameworkError)
+    if framework is None or rest is not None:
+        return group
+    leaves: list[BaseException] = [framework]
+    while isinstance(leaves[0], BaseExceptionGroup):
+        leaves = list(leaves[0].exceptions)
+    return leaves[0]

@@ -14,15 +14,17 @@ values first and refuses them with :class:`ValueTooLargeError` instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from durable_core.errors import InvalidDatabaseURLError, ValueTooLargeError
-from durable_core.records import Lease, NewWorkflow, WorkflowStatus
-from durable_core.sqlstore import SQLAlchemyStore, translate_error
+from durable_core.sql import SQLAlchemyConnector, SQLStore, classify_sqlalchemy
+from durable_core.sql.errors import store_error
+
+from .dialect import MySQLDialect
 
 _SCHEMES = ("mysql", "mariadb")
 
@@ -72,7 +74,7 @@ def wire_size(texts: Iterable[str | None]) -> int:
     return total
 
 
-class MySQLStore(SQLAlchemyStore):
+class MySQLStore(SQLStore):
     """A store in MySQL or MariaDB. It enqueues and persists in full but cannot claim."""
 
     def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
@@ -82,12 +84,21 @@ class MySQLStore(SQLAlchemyStore):
         connect_args = dict(engine_options.get("connect_args") or {})
         connect_args.setdefault("init_command", STRICT_MODE)
         engine_options["connect_args"] = connect_args
+        self.connector: SQLAlchemyConnector = SQLAlchemyConnector(
+            parsed, engine_options=engine_options
+        )
         super().__init__(
-            parsed,
+            self.connector,
+            MySQLDialect(),
             description=f"MySQL database {parsed.database} on {parsed.host or 'localhost'}",
-            engine_options=engine_options,
         )
         self._max_packet: int | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine; there once the store is open."""
+        self._require_open()
+        return self.connector.engine
 
     async def close(self) -> None:
         self._max_packet = None
@@ -96,12 +107,20 @@ class MySQLStore(SQLAlchemyStore):
     async def max_allowed_packet(self) -> int:
         """The server's ``max_allowed_packet`` in bytes (read once per open)."""
         if self._max_packet is None:
-            async with self._connect("reading max_allowed_packet", begin=False) as conn:
-                result = await conn.exec_driver_sql("SELECT @@max_allowed_packet")
-                self._max_packet = int(result.scalar_one())
+            rows = await self._fetch(
+                "reading max_allowed_packet",
+                sa.select(sa.literal_column("@@max_allowed_packet").label("size")),
+                {},
+            )
+            self._max_packet = int(rows[0]["size"])
         return self._max_packet
 
-    async def _check_size(self, operation: str, *texts: str | None) -> None:
+    async def check_values(self, operation: str, *texts: str | None) -> None:
+        """Refuse values that would not fit the server's ``max_allowed_packet``.
+
+        A statement larger than that makes the server drop the connection, which
+        would look like an outage; this says what happened instead.
+        """
         size = wire_size(texts)
         if size < _ALWAYS_FITS:
             return
@@ -113,37 +132,6 @@ class MySQLStore(SQLAlchemyStore):
                 "max_allowed_packet (e.g. `SET GLOBAL max_allowed_packet = 1073741824` and in "
                 "the server config) or store a smaller value."
             )
-
-    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
-        for row in workflows:
-            await self._check_size(f"enqueue of workflow {row.id}", row.input, row.name)
-        await super().enqueue(workflows)
-
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
-        await self._check_size(f"start_step {step_index}", input, step_name)
-        await super().start_step(lease, step_index, step_name, input)
-
-    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
-        await self._check_size(f"complete_step {step_index}", output)
-        await super().complete_step(lease, step_index, output)
-
-    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        await self._check_size(f"fail_step {step_index}", error)
-        await super().fail_step(lease, step_index, error)
-
-    async def settle(
-        self,
-        lease: Lease,
-        status: WorkflowStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        retry_delay_seconds: float = 0.0,
-    ) -> None:
-        await self._check_size(f"settle as {status.value}", output, error)
-        await super().settle(
-            lease, status, output=output, error=error, retry_delay_seconds=retry_delay_seconds
-        )
 
 
 async def ensure_database(url: str | sa.URL) -> None:
@@ -171,6 +159,8 @@ async def ensure_database(url: str | sa.URL) -> None:
                 f"CREATE DATABASE IF NOT EXISTS {quoted} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
             )
     except (sa.exc.SQLAlchemyError, OSError) as exc:
-        raise translate_error(exc, operation="ensure_database", description=description) from exc
+        failure = classify_sqlalchemy(exc)
+        assert failure is not None
+        raise store_error(failure, exc, operation="ensure_database", store=description) from exc
     finally:
         await engine.dispose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from durable_core.backends import require_driver
 from durable_core.hooks import hookimpl
 from durable_core.store import EmbeddedDatabase, Store
 
@@ -13,6 +14,7 @@ def durable_store_from_url(url: str) -> Store | None:
     scheme = url.partition("://")[0].lower()
     if scheme not in ("postgres", "postgresql") and not scheme.startswith("postgresql+"):
         return None
+    require_driver("asyncpg", extra="postgres", database="PostgreSQL")
     from .store import PostgresStore
 
     # Other postgresql+driver forms are ours too: PostgresStore rejects them by name.

@@ -1,5 +1,6 @@
 """SQLite store for durable-core: persistence and enqueue for local use and tests."""
 
-from .store import SQLiteStore
+from .dialect import SQLiteDialect
+from .store import SQLiteConnector, SQLiteStore
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteConnector", "SQLiteDialect", "SQLiteStore"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from durable_core.backends import require_driver
 from durable_core.hooks import hookimpl
 from durable_core.store import Store
 
@@ -10,6 +11,7 @@ from durable_core.store import Store
 def durable_store_from_url(url: str) -> Store | None:
     if not url.startswith(("sqlite:", "sqlite+aiosqlite:")):
         return None
+    require_driver("aiosqlite", extra="sqlite", database="SQLite")
     from .store import SQLiteStore
 
     return SQLiteStore(url)

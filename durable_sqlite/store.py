@@ -1,4 +1,4 @@
-"""``SQLiteStore``: the portable SQLAlchemy store over aiosqlite, tuned for SQLite."""
+"""``SQLiteStore``: the shared SQL store over aiosqlite, tuned for SQLite."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from durable_core.errors import InvalidDatabaseURLError
-from durable_core.sqlstore import SQLAlchemyStore
+from durable_core.sql import SQLAlchemyConnector, SQLStore
+
+from .dialect import SQLiteDialect
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -30,27 +32,16 @@ def normalize_url(url: str | sa.URL) -> sa.URL:
     return parsed.set(drivername="sqlite+aiosqlite")
 
 
-class SQLiteStore(SQLAlchemyStore):
-    """A store in a SQLite file: WAL mode, a busy timeout, foreign keys on.
-
-    Safe under several connections in one or more processes. It cannot claim
-    work for a worker; use :class:`durable_core.testing.WorkflowRunner`.
-    """
-
-    def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
-        parsed = normalize_url(url)
-        super().__init__(
-            parsed,
-            description=f"SQLite database {parsed.database or ':memory:'}",
-            engine_options=engine_options,
-        )
+class SQLiteConnector(SQLAlchemyConnector):
+    """aiosqlite with WAL mode, a busy timeout and foreign keys on (one pooled connection
+    for an in-memory database, which would otherwise be a new empty one per connection)."""
 
     def create_engine(self) -> AsyncEngine:
-        options = dict(self._engine_options)
-        in_memory = self._url.database in (None, "", ":memory:")
+        options = dict(self.engine_options)
+        in_memory = self.url.database in (None, "", ":memory:")
         if in_memory:
             options.setdefault("poolclass", StaticPool)
-        engine = create_async_engine(self._url, **options)
+        engine = create_async_engine(self.url, **options)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _configure(dbapi_connection: Any, _record: Any) -> None:
@@ -63,3 +54,26 @@ class SQLiteStore(SQLAlchemyStore):
             cursor.close()
 
         return engine
+
+
+class SQLiteStore(SQLStore):
+    """A store in a SQLite file: WAL mode, a busy timeout, foreign keys on.
+
+    Safe under several connections in one or more processes. It cannot claim
+    work for a worker; run workflows with :class:`durable_core.testing.WorkflowRunner`.
+    """
+
+    def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
+        parsed = normalize_url(url)
+        self.connector: SQLiteConnector = SQLiteConnector(parsed, engine_options=engine_options)
+        super().__init__(
+            self.connector,
+            SQLiteDialect(),
+            description=f"SQLite database {parsed.database or ':memory:'}",
+        )
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine; there once the store is open."""
+        self._require_open()
+        return self.connector.engine

@@ -34,6 +34,7 @@ from durable_core import (
 )
 from durable_core.backends import url_forms
 from durable_core.records import NewWorkflow
+from durable_core.store import Claimer
 from durable_core.testing import WorkflowRunner
 from durable_core.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
@@ -311,20 +312,20 @@ async def test_step_input_that_cannot_be_stored_fails_before_the_step_runs(
 # -- stores that cannot claim ----------------------------------------------------------------
 
 
-async def test_claim_on_sqlite_says_the_worker_needs_postgres(sqlite_store: SQLiteStore) -> None:
+async def test_sqlite_is_no_claimer_and_the_worker_says_it_needs_postgres(
+    sqlite_store: SQLiteStore,
+) -> None:
+    assert not isinstance(sqlite_store, Claimer)
+    assert not hasattr(sqlite_store, "claim") and not hasattr(sqlite_store, "wait_for_work")
     handle = await DurableClient(sqlite_store).start_workflow(charge_flow, 1, 2.0)
     before = snapshot(sqlite_store)
-    with pytest.raises(ClaimNotSupportedError, match="PostgreSQL") as caught:
-        await sqlite_store.claim(worker_id="w", limit=1, lease_seconds=30)
+
+    worker = WorkflowWorker(sqlite_store, WorkflowConfig())
+    with anyio.fail_after(5), pytest.raises(ClaimNotSupportedError, match="PostgreSQL") as caught:
+        await worker.run()
     assert sqlite_store.description in str(caught.value)
     assert "WorkflowRunner" in str(caught.value)
     assert not caught.value.retryable
-    with pytest.raises(ClaimNotSupportedError):
-        await sqlite_store.wait_for_work(0.01)
-
-    worker = WorkflowWorker(sqlite_store, WorkflowConfig())
-    with anyio.fail_after(5), pytest.raises(ClaimNotSupportedError, match="PostgreSQL"):
-        await worker.run()
     assert worker.claimed_total == 0 and worker.in_flight == 0
     assert snapshot(sqlite_store) == before
     assert await handle.status() is WorkflowStatus.PENDING

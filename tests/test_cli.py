@@ -10,6 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from durable_core import DurableClient, WorkflowStatus, workflow, workflow_step
+from durable_core.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 
@@ -130,5 +131,6 @@ def test_alembic_writes_the_revision_once(tmp_path: Path) -> None:
     text = revision.read_text()
     assert "down_revision: str | None = 'abc123'" in text
     assert "op.create_table('workflows'" in text and "op.create_table('workflow_steps'" in text
+    assert written.stdout.count("wrote ") == len(list(versions.glob("*.py"))) == SCHEMA_VERSION
     twice = durable("alembic", "--versions-dir", str(versions))
-    assert twice.returncode == 2 and "already exists" in twice.stderr
+    assert twice.returncode == 2 and "already exist" in twice.stderr

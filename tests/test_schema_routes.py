@@ -1,10 +1,11 @@
-"""Both schema routes give identical schema.
+"""Both schema routes give identical schema, at every schema version.
 
-Route (a) is programmatic: ``await store.apply_schema()``. Route (b) writes the
-Alembic revision with :func:`durable_core.migrations.write_revision` into a fresh
-Alembic environment and runs ``upgrade head``. The two databases are compared by
-reflection: tables, columns (name, type, nullable, default), primary keys, foreign
-keys and indexes.
+Route (a) is programmatic: ``await store.apply_schema()`` (or
+:func:`durable_core.migrations.upgrade` to a given version). Route (b) writes the
+Alembic revisions with :func:`durable_core.migrations.write_revisions` into a
+fresh Alembic environment and runs ``upgrade``. The databases are compared by
+reflection: tables, columns (name, type, nullable, default), primary keys,
+foreign keys and indexes.
 
 The helpers take database URLs so the same comparison runs on PostgreSQL and
 MariaDB/MySQL::
@@ -21,6 +22,7 @@ whichever kind the URL names, and plain ``postgresql://`` / ``mysql://`` /
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import textwrap
 from pathlib import Path
@@ -34,10 +36,15 @@ from alembic.config import Config
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
-from durable_core import ConfigurationError, schema
-from durable_core.migrations import REVISION_SLUG, render_revision, write_revision
+from durable_core import ConfigurationError, migrations, schema
+from durable_core.migrations import REVISION_SLUG, render_revision, write_revisions
+from durable_core.schema_history import LATEST, VERSIONS
 
-DURABLE_TABLES = ("workflow_steps", "workflows")
+pytestmark = pytest.mark.anyio
+
+DURABLE_TABLES = ("durable_schema_versions", "workflow_steps", "workflows")
+RELEASE_0_1 = Path(__file__).parent / "fixtures" / "schema_release_0_1.json"
+"""The reflected schema release 0.1 created (before versions), on each database."""
 
 # -- reusable helpers ------------------------------------------------------------------------
 
@@ -118,7 +125,7 @@ async def assert_same_schema(url_a: str | sa.URL, url_b: str | sa.URL) -> dict[s
     """Assert that two databases hold the same durable schema; return it."""
     a = await schema_snapshot(url_a)
     b = await schema_snapshot(url_b)
-    assert set(DURABLE_TABLES) <= set(a), f"durable tables missing from {url_a}: {sorted(a)}"
+    assert {"workflows", "workflow_steps"} <= set(a), f"durable tables missing from {url_a}: {a}"
     for table in sorted(set(a) | set(b)):
         assert table in a and table in b, f"table {table} is in only one database"
         for aspect in a[table]:
@@ -138,6 +145,21 @@ async def apply_programmatically(url: str) -> None:
         await store.apply_schema()
     finally:
         await store.close()
+
+
+async def apply_version(url: str | sa.URL, version: int) -> None:
+    """Route (a), stopped at ``version``: :func:`durable_core.migrations.upgrade`."""
+    engine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade, version)
+    finally:
+        await engine.dispose()
+
+
+def as_json(snapshot: dict[str, Any]) -> Any:
+    """A reflected schema as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(snapshot))
 
 
 ENV_PY = '''
@@ -182,21 +204,27 @@ def alembic_config(url: str, workdir: Path) -> Config:
     versions.mkdir(parents=True, exist_ok=True)
     (workdir / "env.py").write_text(textwrap.dedent(ENV_PY), encoding="utf-8")
     if not list(versions.glob(f"*_{REVISION_SLUG}.py")):
-        write_revision(versions)
+        write_revisions(versions)
     config = Config()
     config.set_main_option("script_location", str(workdir))
     config.set_main_option("sqlalchemy.url", str(url).replace("%", "%%"))
     return config
 
 
-async def alembic_upgrade(url: str, workdir: Path) -> Config:
-    """Route (b): ``alembic upgrade head`` with the written revision.
+def revision_of(workdir: Path, version: int) -> str:
+    """The revision id ``durable alembic`` gave schema ``version`` in ``workdir``."""
+    return migrations.written_revisions(workdir / "versions")[version][0]
+
+
+async def alembic_upgrade(url: str, workdir: Path, version: int | None = None) -> Config:
+    """Route (b): ``alembic upgrade`` to ``version`` (default: head) with the written revisions.
 
     Alembic's commands are synchronous (and an async ``env.py`` starts its own event
     loop), so they run in a worker thread.
     """
     config = alembic_config(url, workdir)
-    await anyio.to_thread.run_sync(command.upgrade, config, "head")
+    target = "head" if version is None else revision_of(workdir, version)
+    await anyio.to_thread.run_sync(command.upgrade, config, target)
     return config
 
 
@@ -263,10 +291,41 @@ async def test_apply_schema_and_alembic_upgrade_give_identical_schema(tmp_path: 
     assert sqlite_ddl(programmatic) == sqlite_ddl(migrated)
 
 
+@pytest.mark.parametrize("version", [v.number for v in VERSIONS])
+async def test_both_routes_agree_at_every_version(tmp_path: Path, version: int) -> None:
+    programmatic = tmp_path / "programmatic.db"
+    migrated = tmp_path / "migrated.db"
+    await apply_version(f"sqlite:///{programmatic}", version)
+    await alembic_upgrade(f"sqlite:///{migrated}", tmp_path / "alembic", version)
+    await assert_same_schema(f"sqlite:///{programmatic}", f"sqlite:///{migrated}")
+    assert sqlite_ddl(programmatic) == sqlite_ddl(migrated)
+    for path in (programmatic, migrated):
+        conn = sqlite3.connect(path)
+        try:
+            recorded = (
+                conn.execute(
+                    "SELECT version FROM durable_schema_versions ORDER BY version"
+                ).fetchall()
+                if version >= 2
+                else []
+            )
+        finally:
+            conn.close()
+        assert [v for (v,) in recorded] == list(range(2, version + 1))
+
+
+async def test_version_1_is_what_release_0_1_created_on_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'v1.db'}"
+    await apply_version(url, 1)
+    assert as_json(await schema_snapshot(url)) == json.loads(RELEASE_0_1.read_text())["sqlite"]
+
+
 async def test_alembic_downgrade_base_removes_the_tables(tmp_path: Path) -> None:
     migrated = tmp_path / "migrated.db"
     config = await alembic_upgrade(f"sqlite:///{migrated}", tmp_path / "alembic")
     assert set(DURABLE_TABLES) <= set(sqlite_tables(migrated))
+    await alembic_downgrade(config, revision_of(tmp_path / "alembic", 1))
+    assert sqlite_tables(migrated) == ["alembic_version", "workflow_steps", "workflows"]
     await alembic_downgrade(config, "base")
     assert sqlite_tables(migrated) == ["alembic_version"]
     # ... and upgrading again restores exactly the same schema.
@@ -282,28 +341,46 @@ async def test_alembic_schema_is_usable_by_the_store(tmp_path: Path) -> None:
     store = durable_core.store_from_url(f"sqlite:///{migrated}")
     await store.open()
     try:
+        await store.check_schema()
         assert await store.list_workflows() == []
         await store.apply_schema()  # idempotent over an Alembic-made schema
     finally:
         await store.close()
 
 
-def test_write_revision_refuses_a_second_copy_and_a_missing_directory(tmp_path: Path) -> None:
+def test_write_revisions_chains_every_version_and_refuses_a_second_copy(tmp_path: Path) -> None:
     versions = tmp_path / "versions"
     versions.mkdir()
-    path = write_revision(versions, revision="abc123", down_revision="prev")
-    assert path.name == f"abc123_{REVISION_SLUG}.py"
-    text = path.read_text(encoding="utf-8")
-    assert "revision: str = 'abc123'" in text and "down_revision: str | None = 'prev'" in text
-    assert "# ###" not in text
-    compile(text, str(path), "exec")
-    with pytest.raises(ConfigurationError, match="already exists"):
-        write_revision(versions)
+    paths = write_revisions(versions, down_revision="prev")
+    assert [p.name.split("_", 1)[1] for p in paths] == [f"{v.slug}.py" for v in VERSIONS]
+    assert paths[0].name.endswith(f"_{REVISION_SLUG}.py")
+    written = migrations.written_revisions(versions)
+    down: str | None = "prev"
+    for version in VERSIONS:
+        revision, path = written[version.number]
+        text = path.read_text(encoding="utf-8")
+        assert f"revision: str = {revision!r}" in text
+        assert f"down_revision: str | None = {down!r}" in text
+        assert "# ###" not in text
+        compile(text, str(path), "exec")
+        down = revision
+    with pytest.raises(ConfigurationError, match="already exist"):
+        write_revisions(versions)
     with pytest.raises(ConfigurationError, match="does not exist"):
-        write_revision(tmp_path / "nowhere")
-    rendered = render_revision("r1", None)
-    for table in DURABLE_TABLES:
+        write_revisions(tmp_path / "nowhere")
+    rendered = render_revision(VERSIONS[0], "r1", None)
+    for table in ("workflow_steps", "workflows"):
         assert f"op.create_table('{table}'" in rendered and f"op.drop_table('{table}')" in rendered
+
+
+def test_write_revisions_adds_the_new_versions_on_top_of_release_0_1s(tmp_path: Path) -> None:
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    first = versions / f"abc123_{REVISION_SLUG}.py"
+    first.write_text(render_revision(VERSIONS[0], "abc123", None), encoding="utf-8")
+    paths = write_revisions(versions)
+    assert len(paths) == LATEST - 1
+    assert "down_revision: str | None = 'abc123'" in paths[0].read_text(encoding="utf-8")
 
 
 # -- the same comparison on the server databases -----------------------------------------
@@ -351,7 +428,11 @@ async def test_both_routes_give_identical_schema_on_mariadb(tmp_path: Path) -> N
         engine = create_async_engine(async_url(url))
         try:
             async with engine.begin() as conn:
-                await conn.execute(sa.text("DROP TABLE IF EXISTS workflow_steps, workflows"))
+                await conn.execute(
+                    sa.text(
+                        "DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions"
+                    )
+                )
                 await conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
         finally:
             await engine.dispose()
@@ -359,3 +440,27 @@ async def test_both_routes_give_identical_schema_on_mariadb(tmp_path: Path) -> N
     await apply_programmatically(urls[0])
     await alembic_upgrade(_async(urls[1]), tmp_path / "alembic")
     await assert_same_schema(urls[0], urls[1])
+
+
+async def test_version_1_is_what_release_0_1_created_on_postgresql(postgres_url: str) -> None:
+    url = await _fresh_postgres_database(postgres_url, "durable_routes_v1")
+    await apply_version(url, 1)
+    expected = json.loads(RELEASE_0_1.read_text())["postgresql"]
+    assert as_json(await schema_snapshot(url)) == expected
+
+
+async def test_version_1_is_what_release_0_1_created_on_mariadb(mysql_url: str) -> None:
+    from durable_mysql.store import ensure_database
+
+    url = mysql_url.rsplit("/", 1)[0] + "/durable_routes_v1"
+    await ensure_database(url)
+    engine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions")
+            )
+    finally:
+        await engine.dispose()
+    await apply_version(url, 1)
+    assert as_json(await schema_snapshot(url)) == json.loads(RELEASE_0_1.read_text())["mysql"]

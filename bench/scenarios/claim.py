@@ -18,7 +18,7 @@ import asyncpg
 
 from bench import sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
-from bench.floor import LEASE_SECONDS
+from bench.floor import claim_args
 
 NAME = "claim"
 TITLE = "Claim cost as the backlog grows (ms per claim statement)"
@@ -54,14 +54,14 @@ FROM generate_series($1::int + 1, $2::int) AS g,
 
 async def _claims(conn: asyncpg.Connection, limit: int, iterations: int) -> list[float]:
     """Milliseconds per claim statement; each claim runs in a transaction rolled back."""
-    claim = await conn.prepare(sql.CLAIM)
+    claim = await conn.prepare(sql.CLAIM.sql)
     times = []
     for _ in range(iterations):
         transaction = conn.transaction()
         await transaction.start()
         try:
             started = time.perf_counter()
-            rows = await claim.fetch("bench:claim", limit, LEASE_SECONDS)
+            rows = await claim.fetch(*claim_args("bench:claim", limit))
             times.append((time.perf_counter() - started) * 1000)
         finally:
             await transaction.rollback()
@@ -140,10 +140,8 @@ async def _explain(conn: asyncpg.Connection, limit: int) -> str:
     await transaction.start()
     try:
         rows = await conn.fetch(
-            "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " + sql.CLAIM,
-            "bench:explain",
-            limit,
-            LEASE_SECONDS,
+            "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " + sql.CLAIM.sql,
+            *claim_args("bench:explain", limit),
         )
     finally:
         await transaction.rollback()

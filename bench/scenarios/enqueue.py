@@ -31,7 +31,7 @@ async def _floor(pool: asyncpg.Pool, total: int, batch: int, callers: int) -> fl
 
     async def caller() -> None:
         for _ in range(per_caller // batch):
-            await pool.fetch(sql.ENQUEUE, *enqueue_args(batch, WORKFLOW))
+            await pool.fetch(sql.ENQUEUE.sql, *enqueue_args(batch, WORKFLOW))
 
     started = time.perf_counter()
     async with anyio.create_task_group() as group:

@@ -17,7 +17,7 @@ import asyncpg
 
 from bench import app, sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
-from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, enqueue_args
+from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, claim_args, enqueue_args
 from durable_core import DurableClient, Executor, WorkflowConfig
 from durable_core.records import ClaimedWorkflow, Lease, StepRecord, StepStatus
 from durable_core.serialization import encode, encode_arguments
@@ -32,6 +32,9 @@ class NullStore:
     """A store whose execution-side writes return at once: the framework's CPU alone."""
 
     description = "null store"
+
+    async def check_schema(self) -> None:
+        pass
 
     async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
         pass
@@ -142,21 +145,28 @@ async def _postgres_steps(store: PostgresStore, client: DurableClient, count: in
 
 
 async def _floor_steps(pool: asyncpg.Pool, count: int) -> list[float]:
-    await pool.fetch(sql.ENQUEUE, *enqueue_args(1, "bench.app.many_steps"))
-    row = (await pool.fetch(sql.CLAIM, "bench:floor", 1, LEASE_SECONDS))[0]
-    workflow_id, token = row[0], row[5]
+    await pool.fetch(sql.ENQUEUE.sql, *enqueue_args(1, "bench.app.many_steps"))
+    row = (await pool.fetch(sql.CLAIM.sql, *claim_args("bench:floor", 1)))[0]
+    lease = {"workflow": row[0], "token": row[5]}
     times = []
     clock = time.perf_counter
     for index in range(count):
         started = clock()
-        done = await pool.fetchval(
-            sql.START_STEP, workflow_id, token, index, "bench.app.add_one", STEP_INPUT
+        start = sql.positional(
+            sql.START_STEP,
+            **lease,
+            index=index,
+            step_name="bench.app.add_one",
+            input=STEP_INPUT,
         )
-        assert done is not None
-        done = await pool.fetchval(sql.COMPLETE_STEP, workflow_id, token, index, STEP_OUTPUT)
-        assert done is not None
+        assert not (await pool.execute(sql.START_STEP.sql, *start)).endswith(" 0")
+        done = sql.positional(sql.COMPLETE_STEP, **lease, index=index, output_json=STEP_OUTPUT)
+        assert not (await pool.execute(sql.COMPLETE_STEP.sql, *done)).endswith(" 0")
         times.append((clock() - started) * 1e6)
-    await pool.fetchval(sql.SETTLE_FINAL, workflow_id, token, STEP_OUTPUT, None, "succeeded")
+    settle = sql.positional(
+        sql.SETTLE_FINAL, **lease, output_json=STEP_OUTPUT, error_json=None, outcome="succeeded"
+    )
+    await pool.execute(sql.SETTLE_FINAL.sql, *settle)
     return times
 
 

@@ -141,7 +141,7 @@ def engine_tamper(engine: AsyncEngine) -> Tamper:
 
 
 def default_tamper(store: Store) -> Tamper:
-    """The tamper for stores that expose a SQLAlchemy ``engine`` (as ``SQLAlchemyStore`` does).
+    """The tamper for stores with a SQLAlchemy ``engine`` (as the SQLite and MySQL stores have).
 
     Other stores get a tamper that fails, naming the fixture to override.
     """

@@ -18,7 +18,7 @@ pytest_plugins = ["pytester"]
 plugin_manager()
 
 DOUBLES = '''
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -32,7 +32,7 @@ class HeartbeatIgnoresToken(SQLiteStore):
     """Renews the lease of whoever asks, checking only that the workflow exists."""
 
     async def heartbeat(self, lease, lease_seconds):
-        now = self._now()
+        now = datetime.now(UTC)
         stmt = workflows.update().where(workflows.c.id == lease.workflow_id).values(
             locked_until=now + timedelta(seconds=lease_seconds), updated_at=now
         )

@@ -20,7 +20,10 @@ import asyncpg
 
 from durable_core.records import NewWorkflow, WorkflowStatus
 from durable_postgres import PostgresStore
-from durable_postgres.store import CLAIM_SQL
+from durable_postgres.connector import compile_statement
+from durable_postgres.dialect import PostgresStatements
+
+CLAIM = compile_statement(PostgresStatements().claim)
 
 
 def rows(count: int) -> list[NewWorkflow]:
@@ -107,7 +110,8 @@ async def main(url: str) -> None:
         await transaction.start()
         try:
             lines = await db.fetch(
-                f"EXPLAIN (ANALYZE, COSTS OFF, SUMMARY ON) {CLAIM_SQL}", "bench", 8, 60.0
+                f"EXPLAIN (ANALYZE, COSTS OFF, SUMMARY ON) {CLAIM.sql}",
+                *CLAIM.args({"worker": "bench", "limit": 8, "lease_seconds": 60.0}),
             )
         finally:
             await transaction.rollback()

@@ -35,7 +35,8 @@ from durable_core.records import (
 from durable_core.store import Claimer, Store
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
-from durable_postgres.store import CLAIM_SQL
+from durable_postgres.connector import compile_statement
+from durable_postgres.dialect import PostgresStatements
 
 pytestmark = pytest.mark.anyio
 
@@ -700,7 +701,9 @@ async def empty_database_url(postgres_url: str) -> str:
         await admin.close()
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute("DROP TABLE IF EXISTS workflow_steps, workflows")
+        await conn.execute(
+            "DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions"
+        )
     finally:
         await conn.close()
     return url
@@ -788,7 +791,9 @@ async def test_claim_plan_is_index_driven_with_no_sort(
     transaction = db.transaction()
     await transaction.start()
     try:
-        raw = await db.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_SQL}", "w", 8, 30.0)
+        claim = compile_statement(PostgresStatements().claim)
+        args = claim.args({"worker": "w", "limit": 8, "lease_seconds": 30.0})
+        raw = await db.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {claim.sql}", *args)
     finally:
         await transaction.rollback()
     nodes = plan_nodes(json.loads(raw)[0]["Plan"])

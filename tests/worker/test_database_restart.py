@@ -55,7 +55,9 @@ async def restartable() -> AsyncIterator[str]:
         _ctl("start")
     conn = await asyncpg.connect(URL, timeout=30)
     try:
-        await conn.execute("DROP TABLE IF EXISTS workflow_steps, workflows, step_runs")
+        await conn.execute(
+            "DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions, step_runs"
+        )
         await conn.execute(app.SIDE_TABLE_DDL)
     finally:
         await conn.close()

@@ -44,6 +44,9 @@ class ExampleStore:
     async def apply_schema(self) -> None:
         await self._inner.apply_schema()
 
+    async def check_schema(self) -> None:
+        await self._inner.check_schema()
+
     async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
         await self._inner.enqueue(workflows)
 

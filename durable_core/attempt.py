@@ -1,0 +1,232 @@
+"""``Attempt``: the one owner of everything an attempt of a workflow writes.
+
+Its lease (renewals, fencing, loss), its step rows, its settlement, its log
+fields and the observer events they fire all go through the attempt. Steps
+reach it through the running :class:`~durable_core.context.WorkflowContext`;
+the executor creates it and settles through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from .config import WorkflowConfig
+from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
+from .failures import dump_error, error_record
+from .hooks import observers
+from .records import ClaimedWorkflow, StepRecord, StepStatus, WorkflowStatus
+from .store import Store
+
+if TYPE_CHECKING:
+    from .leases import LeaseKeeper
+
+logger = logging.getLogger("durable_core.worker")
+
+T = TypeVar("T")
+
+_MAX_STORE_BACKOFF = 2.0
+
+
+class Attempt:
+    """One attempt of one claimed workflow, from its claim to its settlement."""
+
+    def __init__(self, store: Store, config: WorkflowConfig, claimed: ClaimedWorkflow) -> None:
+        self.store = store
+        self.config = config
+        self.claimed = claimed
+        self.lease = claimed.lease
+        self.fields: dict[str, Any] = {
+            "worker_id": claimed.lease.worker_id,
+            "workflow_id": claimed.id,
+            "attempts": claimed.attempts,
+            "max_attempts": claimed.max_attempts,
+        }
+        """What every log record and observer event of this attempt carries."""
+        self.steps: dict[int, StepRecord] = {}
+        self.failed_step: tuple[int, str] | None = None
+        """The step the attempt failed in, recorded with its error."""
+        self.lease_deadline = time.monotonic() + config.lock_timeout_secs
+        self.renew_at = anyio.current_time() + config.heartbeat_interval
+        self.lease_lost = False
+        self.body_scope = anyio.CancelScope()
+        self._next_index = 0
+
+    # -- the history --------------------------------------------------------------------------
+
+    async def load_history(self) -> None:
+        """Read the cached steps (unless the claim brought them along)."""
+        steps = self.claimed.steps
+        if steps is None:
+            workflow_id = self.claimed.id
+            steps = tuple(await self.persist(lambda: self.store.load_steps(workflow_id)))
+        self.steps = {step.step_index: step for step in steps}
+
+    def next_step_index(self) -> int:
+        """Assign the next step index; indexes follow the order of step calls."""
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _step_fields(self, index: int, name: str) -> dict[str, Any]:
+        return {**self.fields, "step_index": index, "step_name": name}
+
+    def step_replayed(self, index: int, name: str) -> None:
+        """A step returned its cached output without running."""
+        observers().durable_step_succeeded(cached=True, **self._step_fields(index, name))
+
+    def replay_broken(self, index: int, name: str) -> None:
+        """Replaying the step at ``index`` broke the determinism contract or met a corrupt cache."""
+        self.failed_step = (index, name)
+
+    async def step_started(self, index: int, name: str, input_json: str) -> None:
+        """Record that a step's body is about to run with this input."""
+        await self.persist(lambda: self.store.start_step(self.lease, index, name, input_json))
+        observers().durable_step_started(**self._step_fields(index, name))
+
+    async def step_failed(self, index: int, name: str, exc: Exception) -> None:
+        """Record that a step's body raised ``exc``."""
+        self.failed_step = (index, name)
+        error = dump_error(error_record(exc, step_index=index, step_name=name))
+        await self.persist(lambda: self.store.fail_step(self.lease, index, error))
+        observers().durable_step_failed(error=exc, **self._step_fields(index, name))
+
+    async def step_succeeded(self, index: int, name: str, input_json: str, output: str) -> None:
+        """Record a step's output; a later replay in this attempt returns it from the cache."""
+        await self.persist(lambda: self.store.complete_step(self.lease, index, output))
+        self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
+        observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
+
+    # -- the lease ----------------------------------------------------------------------------
+
+    async def persist(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run a store write, retrying while the database is unreachable and the lease lasts."""
+        delay = 0.05
+        while True:
+            if self.lease_lost:
+                raise LeaseLostError(
+                    f"worker {self.lease.worker_id} lost the lease on workflow {self.claimed.id}"
+                )
+            try:
+                return await operation()
+            except StoreUnavailableError as exc:
+                if time.monotonic() + delay >= self.lease_deadline:
+                    raise
+                logger.warning(
+                    "store unavailable, retrying in %.2fs: %s", delay, exc, extra=self.fields
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, _MAX_STORE_BACKOFF)
+
+    async def renew(self, keeper: LeaseKeeper) -> None:
+        """Renew the lease once; on its loss, cancel the body. Then schedule the next renewal."""
+        config = self.config
+        try:
+            await self.store.heartbeat(self.lease, config.lock_timeout_secs)
+        except LeaseLostError:
+            if keeper.keeps(self):
+                self.lease_lost = True
+                self.body_scope.cancel()
+            return
+        except StoreUnavailableError as exc:
+            logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
+        except Exception:
+            logger.exception("lease renewal failed, will retry", extra=self.fields)
+        else:
+            self.lease_deadline = time.monotonic() + config.lock_timeout_secs
+        self.renew_at = anyio.current_time() + config.heartbeat_interval
+
+    # -- settling -----------------------------------------------------------------------------
+
+    def claimed_event(self, workflow_name: str) -> None:
+        """The attempt began: the worker holds the lease and is about to run the body."""
+        observers().durable_workflow_claimed(workflow_name=workflow_name, **self.fields)
+
+    async def succeed(self, output: str) -> WorkflowStatus:
+        """Settle as succeeded with this output JSON."""
+        await self.persist(
+            lambda: self.store.settle(self.lease, WorkflowStatus.SUCCEEDED, output=output)
+        )
+        logger.info(
+            "workflow %s succeeded",
+            self.claimed.name,
+            extra={**self.fields, "outcome": "succeeded"},
+        )
+        observers().durable_workflow_succeeded(output=output, **self.fields)
+        return WorkflowStatus.SUCCEEDED
+
+    async def fail(self, exc: BaseException, *, retryable: bool | None = None) -> WorkflowStatus:
+        """Settle a failed attempt: pending again after the backoff while the budget lasts
+        (and the error can be retried), else failed."""
+        claimed = self.claimed
+        if retryable is None:
+            retryable = not isinstance(exc, FrameworkError) or exc.retryable
+        index, name = self.failed_step or (None, None)
+        record = error_record(exc, step_index=index, step_name=name)
+        error = dump_error(record)
+        if retryable and claimed.attempts < claimed.max_attempts:
+            delay = self.config.retry_delay(claimed.attempts)
+            await self.persist(
+                lambda: self.store.settle(
+                    self.lease, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay
+                )
+            )
+            logger.warning(
+                "workflow %s attempt %d/%d failed (%s: %s); retrying in %.1fs",
+                claimed.name,
+                claimed.attempts,
+                claimed.max_attempts,
+                record["type"],
+                exc,
+                delay,
+                extra={**self.fields, "outcome": "retry", "error_type": record["type"]},
+            )
+            observers().durable_retry_scheduled(error=record, delay_seconds=delay, **self.fields)
+            return WorkflowStatus.PENDING
+        await self.persist(
+            lambda: self.store.settle(self.lease, WorkflowStatus.FAILED, error=error)
+        )
+        logger.error(
+            "workflow %s failed on attempt %d/%d (%s: %s)",
+            claimed.name,
+            claimed.attempts,
+            claimed.max_attempts,
+            record["type"],
+            exc,
+            extra={**self.fields, "outcome": "failed", "error_type": record["type"]},
+        )
+        observers().durable_workflow_failed(error=record, **self.fields)
+        return WorkflowStatus.FAILED
+
+    def lost(self) -> None:
+        """The lease was taken from under this attempt; its new owner settles the workflow."""
+        logger.warning(
+            "lost the lease on workflow %s; another worker owns it now",
+            self.claimed.id,
+            extra={**self.fields, "outcome": "lease_lost"},
+        )
+        observers().durable_lease_lost(**self.fields)
+
+    def unsettled(self, exc: BaseException) -> None:
+        """The attempt could not be settled: its lease will expire and it will be reclaimed."""
+        if isinstance(exc, FrameworkError):
+            logger.error(
+                "could not settle workflow %s (%s); its lease will expire and it will be reclaimed",
+                self.claimed.id,
+                exc,
+                extra={**self.fields, "outcome": "unsettled"},
+            )
+        else:
+            logger.error(
+                "internal error running workflow %s; its lease will expire and it will be "
+                "reclaimed",
+                self.claimed.id,
+                exc_info=exc,
+                extra={**self.fields, "outcome": "unsettled"},
+            )

@@ -1,0 +1,114 @@
+"""Every version of the durable schema, as the Alembic operations that make it.
+
+This history is the schema's single definition: :mod:`durable_core.schema`
+builds its tables by replaying it, ``apply_schema()`` / ``durable migrate``
+run the operations a database lacks, and ``durable alembic`` renders each
+version as a revision file. A released version never changes; a new release
+appends a version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from alembic.operations import ops
+
+from .coltypes import UTCDateTime, json_text
+
+VERSIONS_TABLE = "durable_schema_versions"
+"""The table recording which schema versions a database has (from version 2 on)."""
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One step of the schema's history."""
+
+    number: int
+    slug: str
+    """The Alembic revision file's slug: ``<revision>_<slug>.py``."""
+    message: str
+    operations: Callable[[], list[ops.MigrateOperation]]
+    """Fresh operation objects on every call (SQLAlchemy columns belong to one table)."""
+
+
+def _index(name: str, table: str, *columns: str) -> ops.CreateIndexOp:
+    return ops.CreateIndexOp(name, table, list(columns))
+
+
+def _table(name: str, *items: sa.schema.SchemaItem) -> ops.CreateTableOp:
+    # Built on a throwaway MetaData so the operation carries its constraints (a
+    # column's ForeignKey becomes a named ForeignKeyConstraint only in a Table).
+    table = sa.Table(
+        name, sa.MetaData(), *items, mysql_charset="utf8mb4", mysql_collate="utf8mb4_bin"
+    )
+    return ops.CreateTableOp.from_table(table)
+
+
+def _v1() -> list[ops.MigrateOperation]:
+    workflows = _table(
+        "workflows",
+        sa.Column("id", sa.String(36), primary_key=True),
+        sa.Column("name", sa.String(255), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("input", json_text(), nullable=False),
+        sa.Column("output", json_text(), nullable=True),
+        sa.Column("error", json_text(), nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
+        sa.Column("max_attempts", sa.Integer, nullable=False),
+        sa.Column("run_at", UTCDateTime(), nullable=False),
+        sa.Column("locked_by", sa.String(255), nullable=True),
+        sa.Column("lock_token", sa.String(36), nullable=True),
+        sa.Column("locked_until", UTCDateTime(), nullable=True),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.Column("completed_at", UTCDateTime(), nullable=True),
+    )
+    steps = _table(
+        "workflow_steps",
+        sa.Column(
+            "workflow_id",
+            sa.String(36),
+            sa.ForeignKey("workflows.id", ondelete="CASCADE", name="fk_workflow_steps_workflow_id"),
+            primary_key=True,
+        ),
+        sa.Column("step_index", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("step_name", sa.String(255), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("input", json_text(), nullable=False),
+        sa.Column("output", json_text(), nullable=True),
+        sa.Column("error", json_text(), nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("1")),
+        sa.Column("started_at", UTCDateTime(), nullable=False),
+        sa.Column("completed_at", UTCDateTime(), nullable=True),
+    )
+    return [
+        workflows,
+        # The claim reads pending rows in run_at order and expired leases in
+        # locked_until order; each has its own index so neither sorts the table.
+        _index("ix_workflows_created_at", "workflows", "created_at"),
+        _index("ix_workflows_name_created_at", "workflows", "name", "created_at"),
+        _index("ix_workflows_status_locked_until", "workflows", "status", "locked_until"),
+        _index("ix_workflows_status_run_at", "workflows", "status", "run_at"),
+        steps,
+    ]
+
+
+def _v2() -> list[ops.MigrateOperation]:
+    return [
+        _table(
+            VERSIONS_TABLE,
+            sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("description", sa.String(255), nullable=False),
+            sa.Column("applied_at", UTCDateTime(), nullable=False),
+        )
+    ]
+
+
+VERSIONS: tuple[SchemaVersion, ...] = (
+    SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
+    SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
+)
+
+LATEST = VERSIONS[-1].number

@@ -1,0 +1,181 @@
+"""The driver seam under ``SQLStore``: run a statement, classify a failure.
+
+A connector knows nothing of workflows. It executes SQLAlchemy Core
+statements (built once by :class:`~durable_core.sql.statements.Statements`),
+opens a transaction when a rule needs several statements, runs the schema
+upgrade, and says what kind of failure a driver exception is.
+:class:`SQLAlchemyConnector` serves any database SQLAlchemy's async engine
+reaches; ``durable_postgres`` has one over a bare asyncpg pool for its hot path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from .errors import Failure
+
+T = TypeVar("T")
+
+
+class Row(Protocol):
+    """A result row: its columns by name."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+
+Params = Mapping[str, Any]
+
+
+class Session(Protocol):
+    """Runs statements; inside :meth:`Connector.transaction`, all in one transaction."""
+
+    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
+        """The rows the statement returns."""
+        ...
+
+    async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
+        """Run the statement; return how many rows it matched."""
+        ...
+
+    async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
+        """Run the statement once per parameter set, in one transaction."""
+        ...
+
+
+class Connector(Session, Protocol):
+    """A database connection pool as the shared SQL store needs it.
+
+    Outside :meth:`transaction`, each statement is a transaction of its own.
+    """
+
+    async def open(self) -> None:
+        """Connect (a pool may connect lazily)."""
+        ...
+
+    async def close(self) -> None:
+        """Release every connection."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Session]:
+        """A session whose statements commit together when the block ends without error."""
+        ...
+
+    async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
+        """Run ``work`` on a synchronous SQLAlchemy connection, in one transaction (schema DDL)."""
+        ...
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        """What kind of database failure ``exc`` is; ``None`` when it is not one."""
+        ...
+
+
+# SQLite, MySQL/MariaDB and PostgreSQL naming one of the durable tables as missing.
+_MISSING_TABLE = re.compile(
+    r"(no such table: |table '[^']*\.|relation \")"
+    r"(workflows|workflow_steps|durable_schema_versions)\b",
+    re.IGNORECASE,
+)
+_REFUSED = ("access denied", "unknown database", "password authentication failed")
+_DUPLICATE = ("unique constraint failed", "duplicate entry", "duplicate key")
+
+
+def classify_sqlalchemy(exc: BaseException) -> Failure | None:
+    """The :class:`Failure` of an exception from SQLAlchemy (any dialect) or the OS."""
+    if not isinstance(exc, sa.exc.SQLAlchemyError | OSError | TimeoutError):
+        return None
+    driver = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    text = str(driver).lower()
+    if _MISSING_TABLE.search(text):
+        return Failure.SCHEMA_MISSING
+    if any(marker in text for marker in _REFUSED):
+        return Failure.REFUSED
+    if isinstance(exc, sa.exc.IntegrityError) and any(marker in text for marker in _DUPLICATE):
+        return Failure.DUPLICATE
+    if isinstance(exc, OSError | TimeoutError | sa.exc.InterfaceError | sa.exc.TimeoutError):
+        return Failure.UNAVAILABLE
+    if isinstance(exc, sa.exc.DBAPIError) and (
+        exc.connection_invalidated or isinstance(exc, sa.exc.OperationalError)
+    ):
+        return Failure.UNAVAILABLE
+    return Failure.OTHER
+
+
+class _EngineSession:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
+        result = await self.conn.execute(statement, dict(params or {}))
+        return result.mappings().all()
+
+    async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
+        result = await self.conn.execute(statement, dict(params or {}))
+        return int(result.rowcount)
+
+    async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
+        await self.conn.execute(statement, [dict(p) for p in params])
+
+
+class SQLAlchemyConnector:
+    """A connector over SQLAlchemy's async engine, for any database it has an async driver for.
+
+    ``engine_options`` go to :func:`~sqlalchemy.ext.asyncio.create_async_engine`;
+    subclasses override :meth:`create_engine` to add connection settings.
+    """
+
+    def __init__(
+        self, url: str | sa.URL, *, engine_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.url = sa.make_url(url)
+        self.engine_options = dict(engine_options or {})
+        self._engine: AsyncEngine | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine; there once the connector is open."""
+        if self._engine is None:
+            raise RuntimeError("the connector is not open")
+        return self._engine
+
+    def create_engine(self) -> AsyncEngine:
+        """Build the engine (called by :meth:`open`)."""
+        return create_async_engine(self.url, **self.engine_options)
+
+    async def open(self) -> None:
+        if self._engine is None:
+            self._engine = self.create_engine()
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            await engine.dispose()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_EngineSession]:
+        async with self.engine.begin() as conn:
+            yield _EngineSession(conn)
+
+    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
+        async with self.transaction() as session:
+            return await session.fetch(statement, params)
+
+    async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
+        async with self.transaction() as session:
+            return await session.execute(statement, params)
+
+    async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
+        async with self.transaction() as session:
+            await session.execute_many(statement, params)
+
+    async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(work)
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        return classify_sqlalchemy(exc)

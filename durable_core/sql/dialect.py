@@ -1,0 +1,90 @@
+"""What differs between SQL databases, and nothing else: the clock, upserts, RETURNING, locks.
+
+A :class:`SQLDialect` is handed to :class:`~durable_core.sql.statements.Statements`,
+which writes every rule once in SQLAlchemy Core; the dialect only says how
+this database spells what the rule needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.sql.dml import Insert
+
+from ..coltypes import UTCDateTime, utcnow
+
+Excluded = Callable[[str], sa.ColumnElement[Any]]
+"""In an upsert's ``SET``, the value the conflicting insert proposed for a column."""
+
+
+def const(value: str | int) -> sa.ColumnElement[Any]:
+    """A constant written into the statement text (not a parameter), so the planner sees it.
+
+    Only for the library's own constants (statuses, counts), never for user data.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(f"const() takes a str or an int, not {value!r}")
+    if isinstance(value, int):
+        return sa.literal_column(str(value), sa.Integer)
+    return sa.literal_column("'" + value.replace("'", "''") + "'", sa.String)
+
+
+class SQLDialect:
+    """The per-database part of the shared SQL rules.
+
+    The default clock is the client's: :meth:`bind_clock` reads the time once per
+    statement and turns every ``*_seconds`` parameter into the moment that many
+    seconds later (SQLite cannot add an interval to a stored time). A database
+    with a trustworthy server clock overrides :meth:`now`, :meth:`after` and
+    :meth:`bind_clock`, so that every worker leases by the same clock.
+    """
+
+    name: ClassVar[str] = "sql"
+    update_returning: ClassVar[bool] = False
+    """Whether ``UPDATE ... RETURNING`` works (then acquiring a lease is one statement)."""
+
+    def now(self) -> sa.ColumnElement[datetime]:
+        """The current time, as this database's statements see it."""
+        return sa.bindparam("now", type_=UTCDateTime())
+
+    def after(self, seconds: str) -> sa.ColumnElement[datetime]:
+        """The time ``seconds`` from now, the seconds bound as the parameter of that name
+        (which must end in ``_seconds``)."""
+        if not seconds.endswith("_seconds"):
+            raise ValueError(f"a duration parameter's name ends in _seconds, not {seconds!r}")
+        return sa.bindparam(seconds, type_=UTCDateTime())
+
+    def bind_clock(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``params`` with ``now`` added and each ``*_seconds`` duration made a moment."""
+        now = utcnow()
+        bound = {**params, "now": now}
+        for name, value in params.items():
+            if name.endswith("_seconds"):
+                bound[name] = now + timedelta(seconds=float(value))
+        return bound
+
+    def insert(self, table: sa.Table) -> Insert:
+        """An INSERT this dialect can turn into an upsert."""
+        return sa.insert(table)
+
+    def upsert(
+        self,
+        insert: Insert,
+        keys: Sequence[sa.Column[Any]],
+        set_: Callable[[Excluded], Mapping[str, Any]],
+    ) -> sa.Executable:
+        """``insert``, updating the existing row with ``set_`` when ``keys`` conflict."""
+        raise NotImplementedError(f"{type(self).__name__} has no upsert")
+
+    def wake_workers(self, statement: sa.Update | Insert) -> sa.Executable:
+        """``statement``, made to wake idle workers when it commits (where the database can)."""
+        return statement
+
+    @contextlib.contextmanager
+    def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
+        """Held while the schema is upgraded, so two processes never upgrade at once."""
+        yield

@@ -1,0 +1,92 @@
+"""Reading result rows into records for every SQL store; a corrupt row is reported, not guessed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import CorruptRecordError
+from ..records import ClaimedWorkflow, Lease, StepRecord, StepStatus, WorkflowRecord, WorkflowStatus
+from .connector import Row
+
+STEP_FIELDS = ("step_index", "step_name", "status", "input", "output", "error", "attempts")
+"""The step columns, in the order :func:`steps_from_json` expects them in each array."""
+
+
+def workflow_status(workflow_id: str, value: str) -> WorkflowStatus:
+    try:
+        return WorkflowStatus(value)
+    except ValueError as exc:
+        raise CorruptRecordError(
+            f"workflow {workflow_id} has an unknown status {value!r} in its row"
+        ) from exc
+
+
+def record_from_row(row: Row) -> WorkflowRecord:
+    """A :class:`WorkflowRecord` from a row holding the ``workflows`` columns."""
+    workflow_id = row["id"]
+    return WorkflowRecord(
+        id=workflow_id,
+        name=row["name"],
+        status=workflow_status(workflow_id, row["status"]),
+        input=row["input"],
+        output=row["output"],
+        error=row["error"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        completed_at=row["completed_at"],
+        locked_by=row["locked_by"],
+        locked_until=row["locked_until"],
+    )
+
+
+def step_from_values(workflow_id: str, values: Any) -> StepRecord:
+    """A :class:`StepRecord` from the step columns in :data:`STEP_FIELDS` order."""
+    index, name, status, input, output, error, attempts = values
+    try:
+        step_status = StepStatus(status)
+    except ValueError as exc:
+        raise CorruptRecordError(
+            f"step {index} of workflow {workflow_id} has an unknown status {status!r}"
+        ) from exc
+    return StepRecord(index, name, step_status, input, output, error, attempts)
+
+
+def step_from_row(workflow_id: str, row: Row) -> StepRecord:
+    """A :class:`StepRecord` from a row holding the ``workflow_steps`` columns."""
+    return step_from_values(workflow_id, [row[field] for field in STEP_FIELDS])
+
+
+def steps_from_json(workflow_id: str, text: str | None) -> tuple[StepRecord, ...] | None:
+    """The cached steps a claim returned inline as a JSON array of arrays.
+
+    ``None`` when one of them is corrupt: claiming must not fail for one bad row,
+    so the executor then loads the steps itself and the corruption is settled on
+    that workflow alone.
+    """
+    if text is None:
+        return ()
+    try:
+        return tuple(step_from_values(workflow_id, values) for values in json.loads(text))
+    except CorruptRecordError:
+        return None
+
+
+def claimed_from_row(row: Row, worker_id: str, *, steps: bool) -> ClaimedWorkflow:
+    """A :class:`ClaimedWorkflow` from a claim's or an acquire's row.
+
+    With ``steps``, the row carries the cached steps as JSON in its ``steps`` column.
+    """
+    workflow_id = row["id"]
+    return ClaimedWorkflow(
+        id=workflow_id,
+        name=row["name"],
+        input=row["input"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        lease=Lease(workflow_id=workflow_id, token=row["lock_token"], worker_id=worker_id),
+        steps=steps_from_json(workflow_id, row["steps"]) if steps else None,
+    )

@@ -1,0 +1,285 @@
+"""The rules about a workflow row, each written once as SQLAlchemy Core.
+
+Leasing, fencing, settling, retrying and cancelling are expressed here and
+nowhere else; a :class:`~durable_core.sql.dialect.SQLDialect` only supplies
+how its database spells the clock and an upsert. :class:`Statements` builds
+every statement once per store, so a connector can compile each one once.
+
+Parameters are named: ``workflow`` and ``token`` identify a lease,
+``lease_seconds`` / ``delay_seconds`` are durations from the database's now.
+No parameter shares a column's name (SQLAlchemy reserves those in UPDATEs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from .. import schema
+from ..records import NewWorkflow, StepStatus, WorkflowStatus
+from .connector import Params
+from .dialect import SQLDialect, const
+from .rows import STEP_FIELDS
+
+wf = schema.workflows
+st = schema.workflow_steps
+
+PENDING, RUNNING = const(WorkflowStatus.PENDING.value), const(WorkflowStatus.RUNNING.value)
+RETRYABLE = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+CANCELLABLE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
+CLAIMED_COLUMNS = (
+    wf.c.id,
+    wf.c.name,
+    wf.c.input,
+    wf.c.attempts,
+    wf.c.max_attempts,
+    wf.c.lock_token,
+)
+
+
+def param(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
+    """A named statement parameter."""
+    return sa.bindparam(name, type_=type_)
+
+
+def status_in(statuses: Sequence[WorkflowStatus]) -> sa.ColumnElement[bool]:
+    return wf.c.status.in_([const(s.value) for s in statuses])
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def holds() -> sa.ColumnElement[bool]:
+    """Fencing: the workflow is still held by the lease ``workflow`` / ``token``."""
+    return sa.and_(wf.c.id == param("workflow"), wf.c.lock_token == param("token"))
+
+
+def due(dialect: SQLDialect) -> sa.ColumnElement[bool]:
+    """Pending, and its time has come."""
+    return sa.and_(wf.c.status == PENDING, wf.c.run_at <= dialect.now())
+
+
+def expired(dialect: SQLDialect) -> sa.ColumnElement[bool]:
+    """Running under a lease that has run out: its worker is gone, anyone may take it."""
+    return sa.and_(wf.c.status == RUNNING, wf.c.locked_until < dialect.now())
+
+
+def take_lease(dialect: SQLDialect, token: sa.ColumnElement[Any]) -> dict[str, Any]:
+    """What leasing a workflow to ``worker`` writes: each lease is one more attempt."""
+    return {
+        "status": RUNNING,
+        "attempts": wf.c.attempts + const(1),
+        "locked_by": param("worker"),
+        "lock_token": token,
+        "locked_until": dialect.after("lease_seconds"),
+        "updated_at": dialect.now(),
+    }
+
+
+def release(dialect: SQLDialect) -> dict[str, Any]:
+    """What ending an attempt writes besides its outcome: nobody holds the workflow."""
+    return {
+        "locked_by": sa.null(),
+        "lock_token": sa.null(),
+        "locked_until": sa.null(),
+        "updated_at": dialect.now(),
+    }
+
+
+def new_workflow(
+    source: Mapping[str, sa.ColumnElement[Any]],
+    *,
+    now: sa.ColumnElement[Any],
+    run_at: sa.ColumnElement[Any],
+) -> dict[str, Any]:
+    """The row of a workflow being started, from ``source``'s id, name, input and max_attempts."""
+    return {
+        "id": source["id"],
+        "name": source["name"],
+        "status": PENDING,
+        "input": source["input"],
+        "attempts": const(0),
+        "max_attempts": source["max_attempts"],
+        "run_at": run_at,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+class Statements:
+    """Every statement of the shared SQL store, built once for one dialect."""
+
+    def __init__(self, dialect: SQLDialect) -> None:
+        self.dialect = d = dialect
+        now = d.now()
+        self.enqueue = self._build_enqueue()
+        self.get = sa.select(wf).where(wf.c.id == param("workflow"))
+        self.status = sa.select(wf.c.status).where(wf.c.id == param("workflow"))
+        self.load_steps = (
+            sa.select(*(st.c[name] for name in STEP_FIELDS))
+            .where(st.c.workflow_id == param("workflow"))
+            .order_by(st.c.step_index)
+        )
+        self._lists: dict[tuple[bool, bool], sa.Select[Any]] = {}
+
+        self.retry = d.wake_workers(
+            wf.update()
+            .where(wf.c.id == param("workflow"), status_in(RETRYABLE))
+            .values(
+                status=PENDING,
+                attempts=const(0),
+                run_at=now,
+                updated_at=now,
+                completed_at=sa.null(),
+            )
+        )
+        self.cancel = (
+            wf.update()
+            .where(wf.c.id == param("workflow"), status_in(CANCELLABLE))
+            .values(status=const(WorkflowStatus.CANCELLED.value), completed_at=now, **release(d))
+        )
+
+        self.acquire_due = self._acquire(sa.or_(due(d), expired(d)))
+        self.acquire_any = self._acquire(sa.or_(wf.c.status == PENDING, expired(d)))
+        self.leased = sa.select(*CLAIMED_COLUMNS).where(holds())
+
+        self.start_step = self._start_step()
+        self.complete_step = self._finish_step(
+            status=const(StepStatus.SUCCEEDED.value), output=param("output_json"), error=sa.null()
+        )
+        self.fail_step = self._finish_step(
+            status=const(StepStatus.FAILED.value), error=param("error_json")
+        )
+        self.heartbeat = (
+            wf.update().where(holds()).values(locked_until=d.after("lease_seconds"), updated_at=now)
+        )
+        self.settle_retry = (
+            wf.update()
+            .where(holds())
+            .values(
+                status=PENDING,
+                output=param("output_json"),
+                error=param("error_json"),
+                run_at=d.after("delay_seconds"),
+                **release(d),
+            )
+        )
+        self.settle_final = (
+            wf.update()
+            .where(holds())
+            .values(
+                status=param("outcome"),
+                output=param("output_json"),
+                error=param("error_json"),
+                completed_at=now,
+                **release(d),
+            )
+        )
+
+    # -- parameters --------------------------------------------------------------------------
+
+    def enqueue_params(self, rows: Sequence[NewWorkflow]) -> list[Params]:
+        """The parameter sets of :attr:`enqueue` for ``rows``."""
+        return [
+            {
+                "id": row.id,
+                "name": row.name,
+                "input": row.input,
+                "max_attempts": row.max_attempts,
+                "delay_seconds": float(row.delay_seconds),
+            }
+            for row in rows
+        ]
+
+    def list_workflows(self, *, status: bool, name: bool) -> sa.Select[Any]:
+        """The newest workflows first, filtered by ``status`` and/or ``name`` parameters."""
+        key = (status, name)
+        query = self._lists.get(key)
+        if query is None:
+            query = (
+                sa.select(wf)
+                .order_by(wf.c.created_at.desc(), wf.c.id.desc())
+                .limit(param("limit", sa.Integer()))
+            )
+            if status:
+                query = query.where(wf.c.status == param("status"))
+            if name:
+                query = query.where(wf.c.name == param("name"))
+            self._lists[key] = query
+        return query
+
+    def inline_steps(self, workflow_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any] | None:
+        """A column holding the cached steps of ``workflow_id`` as JSON, where the database
+        can aggregate them in the same statement (read by ``rows.steps_from_json``)."""
+        return None
+
+    # -- builders ----------------------------------------------------------------------------
+
+    def _build_enqueue(self) -> sa.Executable:
+        """The statement :meth:`enqueue_params` feeds (one row per parameter set here)."""
+        d = self.dialect
+        source = {name: param(name) for name in ("id", "name", "input", "max_attempts")}
+        values = new_workflow(source, now=d.now(), run_at=d.after("delay_seconds"))
+        return d.wake_workers(sa.insert(wf).values(values))
+
+    def _acquire(self, runnable: sa.ColumnElement[bool]) -> sa.Executable:
+        update = (
+            wf.update()
+            .where(wf.c.id == param("workflow"), runnable)
+            .values(take_lease(self.dialect, param("token")))
+        )
+        if not self.dialect.update_returning:
+            return update
+        steps = self.inline_steps(wf.c.id)
+        columns = [*CLAIMED_COLUMNS] + ([] if steps is None else [steps.label("steps")])
+        return update.returning(*columns)
+
+    def _start_step(self) -> sa.Executable:
+        d = self.dialect
+        # The workflow row is read FOR SHARE: a concurrent reclaim (FOR UPDATE) either
+        # committed first, and the token no longer matches, or waits for this write.
+        held = (
+            sa.select(
+                wf.c.id,
+                param("index", sa.Integer()),
+                param("step_name", sa.String()),
+                const(StepStatus.RUNNING.value),
+                param("input", sa.Text()),
+                const(1),
+                d.now(),
+            )
+            .where(holds())
+            .with_for_update(read=True)
+        )
+        insert = d.insert(st).from_select(
+            ["workflow_id", "step_index", "step_name", "status", "input", "attempts", "started_at"],
+            held,
+        )
+        return d.upsert(
+            insert,
+            [st.c.workflow_id, st.c.step_index],
+            lambda new: {
+                "step_name": new("step_name"),
+                "status": new("status"),
+                "input": new("input"),
+                "output": sa.null(),
+                "error": sa.null(),
+                "attempts": st.c.attempts + const(1),
+                "started_at": new("started_at"),
+                "completed_at": sa.null(),
+            },
+        )
+
+    def _finish_step(self, **values: Any) -> sa.Executable:
+        held = sa.exists(sa.select(wf.c.id).where(holds()).with_for_update(read=True))
+        return (
+            st.update()
+            .where(
+                st.c.workflow_id == param("workflow"),
+                st.c.step_index == param("index"),
+                held,
+            )
+            .values(completed_at=self.dialect.now(), **values)
+        )

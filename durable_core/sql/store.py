@@ -1,0 +1,343 @@
+"""``SQLStore``: the :class:`~durable_core.store.Store` for every SQL database, written once.
+
+It runs the statements of :class:`~durable_core.sql.statements.Statements`
+through a :class:`~durable_core.sql.connector.Connector` and reads their
+results: which write was refused by fencing, why a retry or a cancel did not
+apply, what a row holds. The built-in SQLite, MySQL and PostgreSQL stores are
+this class with their own dialect and connector; a third-party store can be
+too (README: "Writing a store plugin").
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Self
+
+import sqlalchemy as sa
+
+from .. import migrations
+from ..errors import InvalidStateError, WorkflowNotFoundError
+from ..records import (
+    ClaimedWorkflow,
+    Lease,
+    NewWorkflow,
+    StepRecord,
+    WorkflowRecord,
+    WorkflowStatus,
+)
+from ..schema import SCHEMA_VERSION
+from . import errors
+from .connector import Connector, Params, Row, Session
+from .dialect import SQLDialect
+from .rows import claimed_from_row, record_from_row, step_from_row
+from .statements import Statements, wf
+
+
+class SQLStore:
+    """A store over any SQL database, given its dialect and a connector.
+
+    It does not claim work for a worker: a store that can (PostgreSQL) adds the
+    :class:`~durable_core.store.Claimer` methods in a subclass.
+    """
+
+    def __init__(
+        self,
+        connector: Connector,
+        dialect: SQLDialect,
+        *,
+        description: str,
+        statements: Statements | None = None,
+    ) -> None:
+        self.connector = connector
+        self.dialect = dialect
+        self.statements = statements or Statements(dialect)
+        self._description = description
+        self._open = False
+        self._steps_inline = (
+            dialect.update_returning and self.statements.inline_steps(wf.c.id) is not None
+        )
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        """The database this store writes to, with no password in it."""
+        return self._description
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` was called and :meth:`close` was not since."""
+        return self._open
+
+    async def open(self) -> None:
+        """Connect. Calling it again on an open store does nothing."""
+        if self._open:
+            return
+        try:
+            await self.connector.open()
+        except Exception as exc:
+            raise self._failed("open", exc) from exc
+        self._open = True
+
+    async def close(self) -> None:
+        """Release every connection."""
+        if self._open:
+            self._open = False
+            await self.connector.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- schema ---------------------------------------------------------------
+
+    async def apply_schema(self) -> None:
+        """Create the durable tables, or upgrade them in place to this release's version."""
+
+        def upgrade(conn: sa.Connection) -> tuple[int, int]:
+            with self.dialect.migration_lock(conn):
+                return migrations.upgrade(conn)
+
+        await self._run_sync("apply_schema", upgrade)
+
+    async def schema_version(self) -> int:
+        """The database's schema version: 0 without the durable tables."""
+        version: int = await self._run_sync("schema_version", migrations.current_version)
+        return version
+
+    async def check_schema(self) -> None:
+        """Raise :class:`~durable_core.errors.SchemaMissingError` or
+        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current."""
+        found = await self.schema_version()
+        if found == 0:
+            raise errors.schema_missing(self._description)
+        if found < SCHEMA_VERSION:
+            raise errors.schema_outdated(self._description, found, SCHEMA_VERSION)
+
+    # -- running statements ---------------------------------------------------
+
+    def _failed(self, operation: str, exc: BaseException) -> BaseException:
+        failure = self.connector.classify(exc)
+        if failure is None:
+            return exc
+        return errors.store_error(failure, exc, operation=operation, store=self._description)
+
+    def _require_open(self) -> Connector:
+        if not self._open:
+            raise errors.not_open(self._description)
+        return self.connector
+
+    async def _fetch(
+        self, operation: str, statement: sa.Executable, params: Params
+    ) -> Sequence[Row]:
+        connector = self._require_open()
+        try:
+            return await connector.fetch(statement, self.dialect.bind_clock(params))
+        except Exception as exc:
+            raise self._failed(operation, exc) from exc
+
+    async def _execute(self, operation: str, statement: sa.Executable, params: Params) -> int:
+        connector = self._require_open()
+        try:
+            return await connector.execute(statement, self.dialect.bind_clock(params))
+        except Exception as exc:
+            raise self._failed(operation, exc) from exc
+
+    @asynccontextmanager
+    async def _transaction(self, operation: str) -> AsyncIterator[Session]:
+        connector = self._require_open()
+        try:
+            async with connector.transaction() as session:
+                yield session
+        except Exception as exc:
+            raise self._failed(operation, exc) from exc
+
+    async def _run_sync(self, operation: str, work: Any) -> Any:
+        connector = self._require_open()
+        try:
+            return await connector.run_sync(work)
+        except Exception as exc:
+            raise self._failed(operation, exc) from exc
+
+    async def check_values(self, operation: str, *texts: str | None) -> None:
+        """Refuse values the database could not take in one write (nothing by default)."""
+
+    # -- enqueue and read side ------------------------------------------------
+
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
+        """Insert pending workflows, all in one transaction, and wake idle workers."""
+        if not workflows:
+            return
+        for row in workflows:
+            await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
+        q = self.statements
+        async with self._transaction("enqueue") as session:
+            params = [self.dialect.bind_clock(p) for p in q.enqueue_params(workflows)]
+            await session.execute_many(q.enqueue, params)
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        """One workflow row, or ``None``."""
+        rows = await self._fetch("get_workflow", self.statements.get, {"workflow": workflow_id})
+        return record_from_row(rows[0]) if rows else None
+
+    async def list_workflows(
+        self,
+        *,
+        status: WorkflowStatus | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[WorkflowRecord]:
+        """The newest workflows first, optionally filtered by status and name."""
+        query = self.statements.list_workflows(status=status is not None, name=name is not None)
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status.value
+        if name is not None:
+            params["name"] = name
+        return [record_from_row(row) for row in await self._fetch("list_workflows", query, params)]
+
+    async def load_steps(self, workflow_id: str) -> list[StepRecord]:
+        """Every step of a workflow, by index."""
+        params = {"workflow": workflow_id}
+        rows = await self._fetch("load_steps", self.statements.load_steps, params)
+        return [step_from_row(workflow_id, row) for row in rows]
+
+    async def _refuse(self, workflow_id: str, operation: str, rule: str) -> None:
+        """Say why a transition did not apply: no such workflow, or not in a state it allows."""
+        rows = await self._fetch(operation, self.statements.status, {"workflow": workflow_id})
+        if not rows:
+            raise WorkflowNotFoundError(
+                f"no workflow with id {workflow_id!r} in {self._description}"
+            )
+        raise InvalidStateError(f"workflow {workflow_id} is {rows[0]['status']}; {rule}")
+
+    async def retry_workflow(self, workflow_id: str) -> None:
+        """Put a failed or cancelled workflow back to pending with a fresh attempt budget."""
+        params = {"workflow": workflow_id}
+        if not await self._execute("retry_workflow", self.statements.retry, params):
+            await self._refuse(
+                workflow_id, "retry_workflow", "only failed or cancelled workflows can be retried"
+            )
+
+    async def cancel_workflow(self, workflow_id: str) -> None:
+        """Cancel a pending or running workflow; its holder loses the lease."""
+        params = {"workflow": workflow_id}
+        if not await self._execute("cancel_workflow", self.statements.cancel, params):
+            await self._refuse(
+                workflow_id, "cancel_workflow", "only pending or running workflows can be cancelled"
+            )
+
+    # -- execution side (every write fenced by the lease) ---------------------
+
+    async def acquire(
+        self, workflow_id: str, *, worker_id: str, lease_seconds: float, due_only: bool = True
+    ) -> ClaimedWorkflow | None:
+        """Lease one runnable workflow by id (one more attempt), or return ``None``."""
+        q = self.statements
+        statement = q.acquire_due if due_only else q.acquire_any
+        params: Params = {
+            "workflow": workflow_id,
+            "worker": worker_id,
+            "token": str(uuid.uuid4()),
+            "lease_seconds": float(lease_seconds),
+        }
+        if self.dialect.update_returning:
+            rows = await self._fetch("acquire", statement, params)
+        else:
+            async with self._transaction("acquire") as session:
+                params = self.dialect.bind_clock(params)
+                changed = await session.execute(statement, params)
+                rows = await session.fetch(q.leased, params) if changed else []
+        return claimed_from_row(rows[0], worker_id, steps=self._steps_inline) if rows else None
+
+    async def _fenced(
+        self, lease: Lease, operation: str, statement: sa.Executable, what: str, **params: Any
+    ) -> None:
+        params["workflow"], params["token"] = lease.workflow_id, lease.token
+        if not await self._execute(operation, statement, params):
+            raise errors.lease_lost(lease, what)
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        """Record a step as running (insert, or reset an earlier run)."""
+        await self.check_values(f"start_step {step_index}", input, step_name)
+        await self._fenced(
+            lease,
+            "start_step",
+            self.statements.start_step,
+            f"recording step {step_index} ({step_name})",
+            index=step_index,
+            step_name=step_name,
+            input=input,
+        )
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        """Record a step's output as succeeded."""
+        await self.check_values(f"complete_step {step_index}", output)
+        await self._fenced(
+            lease,
+            "complete_step",
+            self.statements.complete_step,
+            f"complete_step for step {step_index}",
+            index=step_index,
+            output_json=output,
+        )
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        """Record a step's error as failed."""
+        await self.check_values(f"fail_step {step_index}", error)
+        await self._fenced(
+            lease,
+            "fail_step",
+            self.statements.fail_step,
+            f"fail_step for step {step_index}",
+            index=step_index,
+            error_json=error,
+        )
+
+    async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
+        """Extend the lease to ``lease_seconds`` from now."""
+        await self._fenced(
+            lease,
+            "heartbeat",
+            self.statements.heartbeat,
+            "renewing the lease",
+            lease_seconds=float(lease_seconds),
+        )
+
+    async def settle(
+        self,
+        lease: Lease,
+        status: WorkflowStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_delay_seconds: float = 0.0,
+    ) -> None:
+        """End the attempt as ``status`` and release the lease."""
+        await self.check_values(f"settle as {status.value}", output, error)
+        what = f"settling as {status.value}"
+        if status is WorkflowStatus.PENDING:
+            await self._fenced(
+                lease,
+                "settle",
+                self.statements.settle_retry,
+                what,
+                output_json=output,
+                error_json=error,
+                delay_seconds=float(retry_delay_seconds),
+            )
+        else:
+            await self._fenced(
+                lease,
+                "settle",
+                self.statements.settle_final,
+                what,
+                outcome=status.value,
+                output_json=output,
+                error_json=error,
+            )

@@ -1,0 +1,44 @@
+"""How MySQL and MariaDB spell the shared SQL rules."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.sql.dml import Insert
+
+from durable_core.sql import Excluded, SQLDialect
+
+_MIGRATION_LOCK = "durable_core_migrate"
+
+
+class MySQLDialect(SQLDialect):
+    """MySQL 8 and MariaDB 10.6+: the client's clock, ``ON DUPLICATE KEY UPDATE``, and no
+    ``UPDATE ... RETURNING`` (acquiring a lease reads the row back in the same transaction)."""
+
+    name = "mysql"
+
+    def insert(self, table: sa.Table) -> Insert:
+        return mysql.insert(table)
+
+    def upsert(
+        self,
+        insert: Insert,
+        keys: Sequence[sa.Column[Any]],
+        set_: Callable[[Excluded], Mapping[str, Any]],
+    ) -> sa.Executable:
+        assert isinstance(insert, mysql.Insert)
+        return insert.on_duplicate_key_update(dict(set_(lambda column: insert.inserted[column])))
+
+    @contextlib.contextmanager
+    def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
+        # MySQL commits each DDL statement on its own, so a transaction cannot keep
+        # two upgrades apart; a named server lock can.
+        conn.execute(sa.select(sa.func.get_lock(_MIGRATION_LOCK, 60)))
+        try:
+            yield
+        finally:
+            conn.execute(sa.select(sa.func.release_lock(_MIGRATION_LOCK)))

@@ -1,0 +1,249 @@
+"""``AsyncpgConnector``: the shared SQL statements over a bare asyncpg pool.
+
+Each SQLAlchemy Core statement is compiled once for asyncpg (``$n``
+parameters, constants inline) and then sent straight to the pool, so a
+statement costs what asyncpg costs and nothing of SQLAlchemy's execution
+layer, which is measured to matter on the worker's hot path. SQLAlchemy's
+engine is used only to upgrade the schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import asyncpg
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
+
+from durable_core.sql import Failure, classify_sqlalchemy
+from durable_core.sql.connector import Params
+
+T = TypeVar("T")
+
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+    # What asyncpg raises when a query starts on a connection whose server
+    # process has just been terminated (the pool then replaces the connection).
+    asyncpg.InternalClientError,
+)
+_REFUSED: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidPasswordError,
+    asyncpg.InvalidCatalogNameError,
+)
+_DIALECT = sa_asyncpg.dialect()  # type: ignore[no-untyped-call]
+_CACHE_LIMIT = 512
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A statement as asyncpg takes it: the SQL text and how to order its parameters."""
+
+    sql: str
+    names: tuple[str, ...]
+    defaults: Mapping[str, Any]
+
+    def args(self, params: Params | None) -> list[Any]:
+        """The positional arguments for ``params``."""
+        given = params or {}
+        values = []
+        for name in self.names:
+            value = given.get(name, self.defaults.get(name, _MISSING))
+            if value is _MISSING:
+                raise TypeError(f"no value for parameter {name!r} of: {self.sql}")
+            values.append(value)
+        return values
+
+
+def compile_statement(statement: sa.Executable) -> Compiled:
+    """Compile ``statement`` for asyncpg."""
+    assert isinstance(statement, sa.ClauseElement)
+    compiled = statement.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
+    assert isinstance(compiled, sa.sql.compiler.SQLCompiler)
+    names = tuple(compiled.positiontup or ())
+    defaults = {
+        name: compiled.binds[name].effective_value
+        for name in names
+        if not compiled.binds[name].required
+    }
+    return Compiled(str(compiled), names, defaults)
+
+
+def driver_error(exc: BaseException) -> BaseException:
+    """The asyncpg (or OS) exception under a SQLAlchemy wrapper, else ``exc`` itself."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        return exc.orig.__cause__ or exc.orig
+    return exc
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """The :class:`Failure` of an asyncpg, OS or SQLAlchemy exception."""
+    cause = driver_error(exc)
+    if isinstance(cause, asyncpg.UndefinedTableError):
+        text = str(cause)
+        if "workflow" in text or "durable_" in text:
+            return Failure.SCHEMA_MISSING
+        return Failure.OTHER
+    if isinstance(cause, UNAVAILABLE):
+        return Failure.UNAVAILABLE
+    if isinstance(cause, _REFUSED):
+        return Failure.REFUSED
+    if isinstance(cause, asyncpg.UniqueViolationError):
+        return Failure.DUPLICATE
+    if isinstance(cause, asyncpg.PostgresError):
+        return Failure.OTHER
+    return classify_sqlalchemy(exc)
+
+
+def _count(status: str) -> int:
+    """The row count of a command status such as ``UPDATE 3`` or ``INSERT 0 1``."""
+    tail = status.rpartition(" ")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's ``reset`` hook: nothing to undo.
+
+    asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+    RESET ALL`` on every release, one more round trip per statement. Pooled
+    connections here only ever run statements (no SET, LISTEN, cursors or session
+    locks; ``LISTEN`` has its own connection), and asyncpg still rolls back a
+    transaction left open.
+    """
+
+
+class _ConnectionSession:
+    def __init__(self, connector: AsyncpgConnector, conn: asyncpg.Connection) -> None:
+        self.connector = connector
+        self.conn = conn
+
+    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Any:
+        compiled = self.connector.compiled(statement)
+        return await self.conn.fetch(compiled.sql, *compiled.args(params))
+
+    async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
+        compiled = self.connector.compiled(statement)
+        return _count(await self.conn.execute(compiled.sql, *compiled.args(params)))
+
+    async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
+        compiled = self.connector.compiled(statement)
+        await self.conn.executemany(compiled.sql, [compiled.args(p) for p in params])
+
+
+class AsyncpgConnector:
+    """A pool of asyncpg connections running compiled Core statements.
+
+    ``pool_options`` go to :func:`asyncpg.create_pool`, ``connect_options`` to
+    every connection (the pool's and :meth:`connect`'s).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        pool_options: Mapping[str, Any] | None = None,
+        connect_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.min_size = min_size
+        self.max_size = max_size
+        self.pool_options = {"reset": keep_session, **(pool_options or {})}
+        self.connect_options = dict(connect_options or {})
+        self._pool: asyncpg.Pool | None = None
+        self._compiled: dict[int, tuple[sa.Executable, Compiled]] = {}
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The pool; there once the connector is open."""
+        if self._pool is None:
+            raise RuntimeError("the connector is not open")
+        return self._pool
+
+    def compiled(self, statement: sa.Executable) -> Compiled:
+        """``statement`` compiled for asyncpg, once per statement object."""
+        entry = self._compiled.get(id(statement))
+        if entry is not None and entry[0] is statement:
+            return entry[1]
+        if len(self._compiled) >= _CACHE_LIMIT:
+            self._compiled.clear()
+        compiled = compile_statement(statement)
+        self._compiled[id(statement)] = (statement, compiled)
+        return compiled
+
+    async def connect(self, timeout: float | None = None) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (for ``LISTEN``)."""
+        return await asyncpg.connect(self.dsn, timeout=timeout, **self.connect_options)
+
+    async def open(self) -> None:
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=self.min_size,
+                max_size=self.max_size,
+                **self.pool_options,
+                **self.connect_options,
+            )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                with anyio.fail_after(10):
+                    await pool.close()
+            except Exception:  # a hung or broken connection: drop them all
+                pool.terminate()
+
+    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Any:
+        compiled = self.compiled(statement)
+        return await self.pool.fetch(compiled.sql, *compiled.args(params))
+
+    async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
+        compiled = self.compiled(statement)
+        return _count(await self.pool.execute(compiled.sql, *compiled.args(params)))
+
+    async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
+        if len(params) == 1:
+            await self.execute(statement, params[0])
+            return
+        async with self.transaction() as session:
+            await session.execute_many(statement, params)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_ConnectionSession]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield _ConnectionSession(self, conn)
+
+    async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
+        from sqlalchemy.ext.asyncio import create_async_engine
+        from sqlalchemy.pool import NullPool
+
+        self.pool  # noqa: B018 - fails when the connector is not open
+
+        async def connect() -> asyncpg.Connection:
+            return await asyncpg.connect(self.dsn, **self.connect_options)
+
+        engine = create_async_engine(
+            "postgresql+asyncpg://", async_creator=connect, poolclass=NullPool
+        )
+        try:
+            async with engine.begin() as conn:
+                return await conn.run_sync(work)
+        finally:
+            await engine.dispose()
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        return classify(exc)

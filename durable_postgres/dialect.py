@@ -1,0 +1,179 @@
+"""How PostgreSQL spells the shared SQL rules, and the statements only it can run.
+
+The server's clock leases every workflow (workers on several hosts agree on
+what "expired" means), ``NOTIFY`` wakes idle workers in the statement that
+enqueues, and the claim hands out many rows at once with ``FOR UPDATE SKIP
+LOCKED``. The claim and the bulk enqueue are built from the shared rules
+(:mod:`durable_core.sql.statements`), so they lease and insert exactly as
+every other store does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.dml import Insert
+
+from durable_core.records import NewWorkflow
+from durable_core.sql import Excluded, SQLDialect, Statements, const
+from durable_core.sql.connector import Params
+from durable_core.sql.rows import STEP_FIELDS
+from durable_core.sql.statements import (
+    CLAIMED_COLUMNS,
+    due,
+    expired,
+    new_workflow,
+    param,
+    st,
+    take_lease,
+    wf,
+)
+
+CHANNEL = "durable_workflows"
+"""The ``NOTIFY`` channel that enqueueing signals and idle workers listen on."""
+
+
+class PostgresDialect(SQLDialect):
+    """PostgreSQL 15+: the server's clock, ``ON CONFLICT DO UPDATE``, RETURNING, ``NOTIFY``."""
+
+    name = "postgresql"
+    update_returning = True
+    migration_lock_key: ClassVar[int] = 0x64757261626C65
+
+    def now(self) -> sa.ColumnElement[datetime]:
+        return sa.func.now()
+
+    def after(self, seconds: str) -> sa.ColumnElement[datetime]:
+        return self.seconds_after_now(param(seconds, sa.Float()))
+
+    def bind_clock(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        return params
+
+    @staticmethod
+    def seconds_after_now(seconds: sa.ColumnElement[Any]) -> sa.ColumnElement[datetime]:
+        """The server's ``now()`` plus ``seconds`` (any float expression)."""
+        return sa.func.now() + seconds * sa.literal_column("interval '1 second'", sa.Interval)
+
+    def insert(self, table: sa.Table) -> Insert:
+        return postgresql.insert(table)
+
+    def upsert(
+        self,
+        insert: Insert,
+        keys: Sequence[sa.Column[Any]],
+        set_: Callable[[Excluded], Mapping[str, Any]],
+    ) -> sa.Executable:
+        assert isinstance(insert, postgresql.Insert)
+        return insert.on_conflict_do_update(
+            index_elements=list(keys), set_=dict(set_(lambda column: insert.excluded[column]))
+        )
+
+    @staticmethod
+    def notify() -> sa.ColumnElement[Any]:
+        """``pg_notify`` on the workers' channel."""
+        return sa.func.pg_notify(const(CHANNEL), const(""))
+
+    def wake_workers(self, statement: sa.Update | Insert) -> sa.Executable:
+        return statement.returning(self.notify())
+
+    @contextlib.contextmanager
+    def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
+        # Released when the upgrade's transaction ends.
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(self.migration_lock_key)))
+        yield
+
+
+class PostgresStatements(Statements):
+    """The shared statements, plus the claim; enqueueing is one statement for any batch."""
+
+    def __init__(self, dialect: PostgresDialect | None = None) -> None:
+        super().__init__(dialect or PostgresDialect())
+        self.claim = self._claim()
+
+    def inline_steps(self, workflow_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        """The cached steps of ``workflow_id`` as one JSON array of arrays (NULL when none)."""
+        row = sa.func.json_build_array(*(st.c[name] for name in STEP_FIELDS))
+        return (
+            sa.select(sa.func.json_agg(postgresql.aggregate_order_by(row, st.c.step_index)))
+            .where(st.c.workflow_id == workflow_id)
+            .correlate_except(st)
+            .scalar_subquery()
+        )
+
+    def _build_enqueue(self) -> sa.Executable:
+        # Every row of the batch comes from one unnest() of parallel arrays, and
+        # pg_notify runs once, in the same statement, when anything was inserted.
+        arrays = sa.func.unnest(
+            param("ids", postgresql.ARRAY(sa.Text())),
+            param("names", postgresql.ARRAY(sa.Text())),
+            param("inputs", postgresql.ARRAY(sa.Text())),
+            param("max_attempts", postgresql.ARRAY(sa.Integer())),
+            param("delays", postgresql.ARRAY(sa.Float())),
+        )
+        rows = arrays.table_valued("id", "name", "input", "max_attempts", "delay").render_derived(
+            name="u"
+        )
+        values = new_workflow(
+            {name: rows.c[name] for name in ("id", "name", "input", "max_attempts")},
+            now=sa.func.now(),
+            run_at=PostgresDialect.seconds_after_now(rows.c.delay),
+        )
+        inserted = (
+            sa.insert(wf)
+            .from_select(list(values), sa.select(*values.values()).select_from(rows))
+            .returning(const(1))
+            .cte("ins")
+        )
+        any_row = sa.select(const(1)).select_from(inserted).limit(const(1)).subquery("any_row")
+        return sa.select(PostgresDialect.notify()).select_from(any_row)
+
+    def enqueue_params(self, rows: Sequence[NewWorkflow]) -> list[Params]:
+        return [
+            {
+                "ids": [row.id for row in rows],
+                "names": [row.name for row in rows],
+                "inputs": [row.input for row in rows],
+                "max_attempts": [row.max_attempts for row in rows],
+                "delays": [float(row.delay_seconds) for row in rows],
+            }
+        ]
+
+    def _claim(self) -> sa.Executable:
+        # Expired leases first, then due pending rows: two ordered, limited, locked
+        # index scans (no OR, no sort), so the cost does not grow with the backlog.
+        d = self.dialect
+        limit = param("limit", sa.Integer())
+
+        def scan(runnable: sa.ColumnElement[bool], order: sa.Column[Any], name: str) -> Any:
+            return (
+                sa.select(wf.c.id)
+                .where(runnable)
+                .order_by(order)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+                .subquery(name)
+            )
+
+        stale = scan(expired(d), wf.c.locked_until, "expired")
+        ready = scan(due(d), wf.c.run_at, "due")
+        candidates = sa.union_all(sa.select(stale.c.id), sa.select(ready.c.id)).subquery(
+            "candidates"
+        )
+        picked = sa.select(candidates.c.id).limit(limit).cte("picked").prefix_with("MATERIALIZED")
+        token = sa.cast(sa.func.gen_random_uuid(), sa.String)
+        claimed = (
+            wf.update()
+            .where(wf.c.id == picked.c.id)
+            .values(take_lease(d, token))
+            .returning(*CLAIMED_COLUMNS)
+            .cte("claimed")
+        )
+        return sa.select(
+            *(claimed.c[column.name] for column in CLAIMED_COLUMNS),
+            self.inline_steps(claimed.c.id).label("steps"),
+        )
