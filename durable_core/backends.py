@@ -25,13 +25,19 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
+def driver_installed(module: str) -> bool:
+    """Whether the driver module ``module`` can be imported (a backend lists its URL forms
+    only then)."""
+    return importlib.util.find_spec(module) is not None
+
+
 def require_driver(module: str, *, extra: str, database: str) -> None:
     """Raise :class:`ConfigurationError` naming the extra to install when ``module`` is missing.
 
     A backend calls it before it builds a store, so that a URL naming a database
     whose driver is not installed says what to install instead of failing on import.
     """
-    if importlib.util.find_spec(module) is None:
+    if not driver_installed(module):
         raise ConfigurationError(
             f"{database} needs the {module} driver, which is not installed: "
             f"pip install 'durable-core[{extra}]'"

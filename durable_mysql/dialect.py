@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -20,9 +21,7 @@ class MySQLDialect(SQLDialect):
     ``UPDATE ... RETURNING`` (acquiring a lease reads the row back in the same transaction)."""
 
     name = "mysql"
-
-    def insert(self, table: sa.Table) -> Insert:
-        return mysql.insert(table)
+    sqlalchemy_dialect: ClassVar[ModuleType] = mysql
 
     def upsert(
         self,

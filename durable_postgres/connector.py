@@ -124,25 +124,30 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
-class _ConnectionSession:
-    def __init__(self, connector: AsyncpgConnector, conn: asyncpg.Connection) -> None:
-        self.connector = connector
-        self.conn = conn
+class _Statements:
+    """Runs compiled statements on ``target``: the pool, or one connection in a transaction
+    (both have asyncpg's ``fetch``, ``execute`` and ``executemany``)."""
+
+    target: Any
+
+    def __init__(self, compiled: Callable[[sa.Executable], Compiled], target: Any) -> None:
+        self.compiled = compiled
+        self.target = target
 
     async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Any:
-        compiled = self.connector.compiled(statement)
-        return await self.conn.fetch(compiled.sql, *compiled.args(params))
+        compiled = self.compiled(statement)
+        return await self.target.fetch(compiled.sql, *compiled.args(params))
 
     async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
-        compiled = self.connector.compiled(statement)
-        return _count(await self.conn.execute(compiled.sql, *compiled.args(params)))
+        compiled = self.compiled(statement)
+        return _count(await self.target.execute(compiled.sql, *compiled.args(params)))
 
     async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
-        compiled = self.connector.compiled(statement)
-        await self.conn.executemany(compiled.sql, [compiled.args(p) for p in params])
+        compiled = self.compiled(statement)
+        await self.target.executemany(compiled.sql, [compiled.args(p) for p in params])
 
 
-class AsyncpgConnector:
+class AsyncpgConnector(_Statements):
     """A pool of asyncpg connections running compiled Core statements.
 
     ``pool_options`` go to :func:`asyncpg.create_pool`, ``connect_options`` to
@@ -163,17 +168,17 @@ class AsyncpgConnector:
         self.max_size = max_size
         self.pool_options = {"reset": keep_session, **(pool_options or {})}
         self.connect_options = dict(connect_options or {})
-        self._pool: asyncpg.Pool | None = None
         self._compiled: dict[int, tuple[sa.Executable, Compiled]] = {}
+        super().__init__(self.compile_once, None)
 
     @property
     def pool(self) -> asyncpg.Pool:
         """The pool; there once the connector is open."""
-        if self._pool is None:
+        if self.target is None:
             raise RuntimeError("the connector is not open")
-        return self._pool
+        return self.target
 
-    def compiled(self, statement: sa.Executable) -> Compiled:
+    def compile_once(self, statement: sa.Executable) -> Compiled:
         """``statement`` compiled for asyncpg, once per statement object."""
         entry = self._compiled.get(id(statement))
         if entry is not None and entry[0] is statement:
@@ -189,8 +194,8 @@ class AsyncpgConnector:
         return await asyncpg.connect(self.dsn, timeout=timeout, **self.connect_options)
 
     async def open(self) -> None:
-        if self._pool is None:
-            self._pool = await asyncpg.create_pool(
+        if self.target is None:
+            self.target = await asyncpg.create_pool(
                 self.dsn,
                 min_size=self.min_size,
                 max_size=self.max_size,
@@ -199,21 +204,13 @@ class AsyncpgConnector:
             )
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
+        pool, self.target = self.target, None
         if pool is not None:
             try:
                 with anyio.fail_after(10):
                     await pool.close()
             except Exception:  # a hung or broken connection: drop them all
                 pool.terminate()
-
-    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Any:
-        compiled = self.compiled(statement)
-        return await self.pool.fetch(compiled.sql, *compiled.args(params))
-
-    async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
-        compiled = self.compiled(statement)
-        return _count(await self.pool.execute(compiled.sql, *compiled.args(params)))
 
     async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
         if len(params) == 1:
@@ -223,9 +220,9 @@ class AsyncpgConnector:
             await session.execute_many(statement, params)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[_ConnectionSession]:
+    async def transaction(self) -> AsyncIterator[_Statements]:
         async with self.pool.acquire() as conn, conn.transaction():
-            yield _ConnectionSession(self, conn)
+            yield _Statements(self.compiled, conn)
 
     async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
         from sqlalchemy.ext.asyncio import create_async_engine

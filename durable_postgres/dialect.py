@@ -11,8 +11,9 @@ every other store does.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
+from types import ModuleType
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Insert
 
 from durable_core.records import NewWorkflow
-from durable_core.sql import Excluded, SQLDialect, Statements, const
+from durable_core.sql import SQLDialect, Statements, const
 from durable_core.sql.connector import Params
 from durable_core.sql.rows import STEP_FIELDS
 from durable_core.sql.statements import (
@@ -43,6 +44,7 @@ class PostgresDialect(SQLDialect):
 
     name = "postgresql"
     update_returning = True
+    sqlalchemy_dialect: ClassVar[ModuleType] = postgresql
     migration_lock_key: ClassVar[int] = 0x64757261626C65
 
     def now(self) -> sa.ColumnElement[datetime]:
@@ -58,20 +60,6 @@ class PostgresDialect(SQLDialect):
     def seconds_after_now(seconds: sa.ColumnElement[Any]) -> sa.ColumnElement[datetime]:
         """The server's ``now()`` plus ``seconds`` (any float expression)."""
         return sa.func.now() + seconds * sa.literal_column("interval '1 second'", sa.Interval)
-
-    def insert(self, table: sa.Table) -> Insert:
-        return postgresql.insert(table)
-
-    def upsert(
-        self,
-        insert: Insert,
-        keys: Sequence[sa.Column[Any]],
-        set_: Callable[[Excluded], Mapping[str, Any]],
-    ) -> sa.Executable:
-        assert isinstance(insert, postgresql.Insert)
-        return insert.on_conflict_do_update(
-            index_elements=list(keys), set_=dict(set_(lambda column: insert.excluded[column]))
-        )
 
     @staticmethod
     def notify() -> sa.ColumnElement[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from durable_core.backends import require_driver
+from durable_core.backends import driver_installed, require_driver
 from durable_core.hooks import hookimpl
 from durable_core.store import EmbeddedDatabase, Store
 
@@ -23,6 +23,8 @@ def durable_store_from_url(url: str) -> Store | None:
 
 @hookimpl
 def durable_store_url_forms() -> list[str]:
+    if not driver_installed("asyncpg"):
+        return []
     return [
         "postgresql://user:password@host:5432/dbname",
         "postgresql://user@/dbname?host=/path/to/socket/dir",

@@ -1,15 +1,13 @@
-"""How SQLite spells the shared SQL rules."""
+"""How SQLite spells the shared SQL rules: the defaults of :class:`~durable_core.sql.SQLDialect`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from types import ModuleType
+from typing import ClassVar
 
-import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.sql.dml import Insert
 
-from durable_core.sql import Excluded, SQLDialect
+from durable_core.sql import SQLDialect
 
 
 class SQLiteDialect(SQLDialect):
@@ -17,17 +15,4 @@ class SQLiteDialect(SQLDialect):
 
     name = "sqlite"
     update_returning = True
-
-    def insert(self, table: sa.Table) -> Insert:
-        return sqlite.insert(table)
-
-    def upsert(
-        self,
-        insert: Insert,
-        keys: Sequence[sa.Column[Any]],
-        set_: Callable[[Excluded], Mapping[str, Any]],
-    ) -> sa.Executable:
-        assert isinstance(insert, sqlite.Insert)
-        return insert.on_conflict_do_update(
-            index_elements=list(keys), set_=dict(set_(lambda column: insert.excluded[column]))
-        )
+    sqlalchemy_dialect: ClassVar[ModuleType] = sqlite

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_core.backends import require_driver
+from durable_core.backends import driver_installed, require_driver
 from durable_core.hooks import hookimpl
 from durable_core.store import Store
 
@@ -19,4 +19,6 @@ def durable_store_from_url(url: str) -> Store | None:
 
 @hookimpl
 def durable_store_url_forms() -> list[str]:
+    if not driver_installed("aiosqlite"):
+        return []
     return ["sqlite:///relative/path.db", "sqlite:////absolute/path.db"]

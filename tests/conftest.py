@@ -93,3 +93,49 @@ async def mysql_url() -> str:
     finally:
         await store.close()
     return MYSQL_URL
+
+
+async def fresh_postgres_database(postgres_url: str, name: str) -> str:
+    """An empty PostgreSQL database ``name`` beside the test database (dropped first if there)."""
+    import asyncpg
+
+    base = postgres_url.replace("postgresql+asyncpg://", "postgresql://").rsplit("/", 1)[0]
+    admin = await asyncpg.connect(f"{base}/postgres")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return f"{base}/{name}"
+
+
+async def drop_postgres_database(url: str) -> None:
+    """Drop the database ``url`` names."""
+    import asyncpg
+
+    base, name = url.rsplit("/", 1)
+    admin = await asyncpg.connect(f"{base}/postgres")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def empty_mysql_database(name: str) -> str:
+    """The MariaDB/MySQL database ``name`` beside the test database, with no durable tables."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from durable_mysql import ensure_database
+
+    url = MYSQL_URL.rsplit("/", 1)[0] + f"/{name}"
+    await ensure_database(url)
+    engine = create_async_engine(url.replace("mysql://", "mysql+aiomysql://", 1))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions")
+            )
+    finally:
+        await engine.dispose()
+    return url

@@ -518,3 +518,33 @@ async def test_the_worker_fires_every_event_from_start_to_stop(
         assert stopping == {"event": "worker_stopping", "worker_id": "obs-worker", "in_flight": 0}
         assert shape([enqueued, *flow]) == expected_retry_once()
         check_fields([enqueued, *flow], handle.id, "obs-worker")
+
+
+# -- through pluggy's own caller ---------------------------------------------------------
+
+
+class Wrapper:
+    """A pluggy new-style hook wrapper around every step start."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    @hookimpl(wrapper=True)
+    def durable_step_started(self, step_name: str, step_index: int) -> Any:
+        self.seen.append((step_name, step_index))
+        return (yield)
+
+
+async def test_a_pluggy_wrapper_sees_every_event(sqlite_store: Store, key: str) -> None:
+    wrapper = Wrapper()
+    register_observer(wrapper)
+    try:
+        handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
+        await WorkflowRunner(sqlite_store).run_until_complete(handle)
+    finally:
+        unregister_observer(wrapper)
+    assert wrapper.seen == [
+        (wfs.step_one.name, 0),
+        (wfs.step_two.name, 1),
+        (wfs.step_three.name, 2),
+    ]

@@ -39,6 +39,7 @@ import durable_core
 from durable_core import ConfigurationError, migrations, schema
 from durable_core.migrations import REVISION_SLUG, render_revision, write_revisions
 from durable_core.schema_history import LATEST, VERSIONS
+from tests.conftest import empty_mysql_database, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
@@ -390,24 +391,11 @@ def _async(url: str) -> str:
     return async_url(url).render_as_string(hide_password=False)
 
 
-async def _fresh_postgres_database(postgres_url: str, name: str) -> str:
-    import asyncpg
-
-    base = postgres_url.rsplit("/", 1)[0]
-    admin = await asyncpg.connect(f"{base}/postgres".replace("postgresql+asyncpg", "postgresql"))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    return f"{base}/{name}"
-
-
 async def test_both_routes_give_identical_schema_on_postgresql(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    url_a = await _fresh_postgres_database(postgres_url, "durable_routes_a")
-    url_b = await _fresh_postgres_database(postgres_url, "durable_routes_b")
+    url_a = await fresh_postgres_database(postgres_url, "durable_routes_a")
+    url_b = await fresh_postgres_database(postgres_url, "durable_routes_b")
     await apply_programmatically(url_a)
     await alembic_upgrade(_async(url_b), tmp_path / "alembic")
     snapshot = await assert_same_schema(url_a, url_b)
@@ -416,51 +404,28 @@ async def test_both_routes_give_identical_schema_on_postgresql(
     }
 
 
-async def test_both_routes_give_identical_schema_on_mariadb(tmp_path: Path) -> None:
-    from durable_mysql.store import ensure_database
-    from tests.conftest import MYSQL_URL
-
-    base = MYSQL_URL.rsplit("/", 1)[0]
-    urls = []
-    for name in ("durable_routes_a", "durable_routes_b"):
-        url = f"{base}/{name}"
-        await ensure_database(url)
-        engine = create_async_engine(async_url(url))
-        try:
-            async with engine.begin() as conn:
-                await conn.execute(
-                    sa.text(
-                        "DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions"
-                    )
-                )
-                await conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
-        finally:
-            await engine.dispose()
-        urls.append(url)
-    await apply_programmatically(urls[0])
-    await alembic_upgrade(_async(urls[1]), tmp_path / "alembic")
-    await assert_same_schema(urls[0], urls[1])
+async def test_both_routes_give_identical_schema_on_mariadb(mysql_url: str, tmp_path: Path) -> None:
+    url_a = await empty_mysql_database("durable_routes_a")
+    url_b = await empty_mysql_database("durable_routes_b")
+    engine = create_async_engine(async_url(url_b))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+    finally:
+        await engine.dispose()
+    await apply_programmatically(url_a)
+    await alembic_upgrade(_async(url_b), tmp_path / "alembic")
+    await assert_same_schema(url_a, url_b)
 
 
 async def test_version_1_is_what_release_0_1_created_on_postgresql(postgres_url: str) -> None:
-    url = await _fresh_postgres_database(postgres_url, "durable_routes_v1")
+    url = await fresh_postgres_database(postgres_url, "durable_routes_v1")
     await apply_version(url, 1)
     expected = json.loads(RELEASE_0_1.read_text())["postgresql"]
     assert as_json(await schema_snapshot(url)) == expected
 
 
 async def test_version_1_is_what_release_0_1_created_on_mariadb(mysql_url: str) -> None:
-    from durable_mysql.store import ensure_database
-
-    url = mysql_url.rsplit("/", 1)[0] + "/durable_routes_v1"
-    await ensure_database(url)
-    engine = create_async_engine(async_url(url))
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(
-                sa.text("DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions")
-            )
-    finally:
-        await engine.dispose()
+    url = await empty_mysql_database("durable_routes_v1")
     await apply_version(url, 1)
     assert as_json(await schema_snapshot(url)) == json.loads(RELEASE_0_1.read_text())["mysql"]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.dml import Insert
 
 from ..coltypes import UTCDateTime, utcnow
@@ -67,9 +69,13 @@ class SQLDialect:
                 bound[name] = now + timedelta(seconds=float(value))
         return bound
 
+    sqlalchemy_dialect: ClassVar[ModuleType] = sqlite
+    """The SQLAlchemy dialect package whose ``insert()`` can upsert."""
+
     def insert(self, table: sa.Table) -> Insert:
         """An INSERT this dialect can turn into an upsert."""
-        return sa.insert(table)
+        insert: Insert = self.sqlalchemy_dialect.insert(table)
+        return insert
 
     def upsert(
         self,
@@ -77,8 +83,15 @@ class SQLDialect:
         keys: Sequence[sa.Column[Any]],
         set_: Callable[[Excluded], Mapping[str, Any]],
     ) -> sa.Executable:
-        """``insert``, updating the existing row with ``set_`` when ``keys`` conflict."""
-        raise NotImplementedError(f"{type(self).__name__} has no upsert")
+        """``insert``, updating the existing row with ``set_`` when ``keys`` conflict.
+
+        ``ON CONFLICT (keys) DO UPDATE`` here (PostgreSQL and SQLite spell it so);
+        a database that spells it otherwise overrides this.
+        """
+        new: Any = insert
+        return new.on_conflict_do_update(  # type: ignore[no-any-return]
+            index_elements=list(keys), set_=dict(set_(lambda column: new.excluded[column]))
+        )
 
     def wake_workers(self, statement: sa.Update | Insert) -> sa.Executable:
         """``statement``, made to wake idle workers when it commits (where the database can)."""

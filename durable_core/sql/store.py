@@ -11,8 +11,8 @@ too (README: "Writing a store plugin").
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self
 
 import sqlalchemy as sa
@@ -132,37 +132,34 @@ class SQLStore:
             raise errors.not_open(self._description)
         return self.connector
 
+    @contextmanager
+    def _translated(self, operation: str) -> Iterator[Connector]:
+        """The open connector; a database failure inside becomes the error a user sees."""
+        connector = self._require_open()
+        try:
+            yield connector
+        except Exception as exc:
+            raise self._failed(operation, exc) from exc
+
     async def _fetch(
         self, operation: str, statement: sa.Executable, params: Params
     ) -> Sequence[Row]:
-        connector = self._require_open()
-        try:
+        with self._translated(operation) as connector:
             return await connector.fetch(statement, self.dialect.bind_clock(params))
-        except Exception as exc:
-            raise self._failed(operation, exc) from exc
 
     async def _execute(self, operation: str, statement: sa.Executable, params: Params) -> int:
-        connector = self._require_open()
-        try:
+        with self._translated(operation) as connector:
             return await connector.execute(statement, self.dialect.bind_clock(params))
-        except Exception as exc:
-            raise self._failed(operation, exc) from exc
 
     @asynccontextmanager
     async def _transaction(self, operation: str) -> AsyncIterator[Session]:
-        connector = self._require_open()
-        try:
+        with self._translated(operation) as connector:
             async with connector.transaction() as session:
                 yield session
-        except Exception as exc:
-            raise self._failed(operation, exc) from exc
 
     async def _run_sync(self, operation: str, work: Any) -> Any:
-        connector = self._require_open()
-        try:
+        with self._translated(operation) as connector:
             return await connector.run_sync(work)
-        except Exception as exc:
-            raise self._failed(operation, exc) from exc
 
     async def check_values(self, operation: str, *texts: str | None) -> None:
         """Refuse values the database could not take in one write (nothing by default)."""
@@ -320,24 +317,19 @@ class SQLStore:
     ) -> None:
         """End the attempt as ``status`` and release the lease."""
         await self.check_values(f"settle as {status.value}", output, error)
-        what = f"settling as {status.value}"
+        statement = self.statements.settle_final
+        outcome: dict[str, Any] = {"outcome": status.value}
         if status is WorkflowStatus.PENDING:
-            await self._fenced(
-                lease,
-                "settle",
+            statement, outcome = (
                 self.statements.settle_retry,
-                what,
-                output_json=output,
-                error_json=error,
-                delay_seconds=float(retry_delay_seconds),
+                {"delay_seconds": retry_delay_seconds},
             )
-        else:
-            await self._fenced(
-                lease,
-                "settle",
-                self.statements.settle_final,
-                what,
-                outcome=status.value,
-                output_json=output,
-                error_json=error,
-            )
+        await self._fenced(
+            lease,
+            "settle",
+            statement,
+            f"settling as {status.value}",
+            output_json=output,
+            error_json=error,
+            **outcome,
+        )

@@ -96,3 +96,42 @@ def test_the_store_is_found_only_through_its_entry_point(tmp_path: Path) -> None
 def test_an_unknown_url_names_the_example_backend() -> None:
     with pytest.raises(InvalidDatabaseURLError, match=r"example\+sqlite:///path\.db"):
         store_from_url("nosuchdb://somewhere/db")
+
+
+# -- the second route: the shared SQL rules over a dialect and a connector --------------------
+
+
+class TestExampleSQLStorePlugin(StoreContract, NoClaimerContract):
+    """The same suite, for the store built from ``durable_core.sql`` by a third party."""
+
+    @pytest.fixture
+    async def durable_store(self, tmp_path: Path) -> AsyncIterator[Store]:
+        store = store_from_url(f"example+sql:///{tmp_path / 'example-sql.db'}")
+        await store.open()
+        await store.apply_schema()
+        yield store
+        await store.close()
+
+    @pytest.fixture
+    def durable_tamper(self, durable_store: Store) -> Tamper:
+        from durable_example_store import ExampleSQLStore
+
+        from durable_core.contract import engine_tamper
+
+        assert isinstance(durable_store, ExampleSQLStore)
+        return engine_tamper(durable_store.connector.engine)
+
+    @pytest.fixture
+    async def durable_second_store(self, durable_store: Store) -> Store:
+        return durable_store
+
+
+def test_the_sql_route_store_is_found_by_its_url(tmp_path: Path) -> None:
+    from durable_example_store import ExampleSQLStore
+
+    from durable_core.sql import SQLStore
+
+    store = store_from_url(f"example+sql:///{tmp_path / 'x.db'}")
+    assert type(store) is ExampleSQLStore and isinstance(store, SQLStore)
+    assert isinstance(store, Store) and not isinstance(store, Claimer)
+    assert "example+sql:///path.db" in url_forms()

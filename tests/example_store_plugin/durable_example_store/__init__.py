@@ -1,5 +1,6 @@
-"""An example durable-core store plugin: ``example+sqlite:///path`` URLs."""
+"""An example durable-core store plugin: ``example+sqlite:///`` and ``example+sql:///`` URLs."""
 
+from .sqlstore import ExampleSQLStore
 from .store import ExampleStore
 
-__all__ = ["ExampleStore"]
+__all__ = ["ExampleSQLStore", "ExampleStore"]
