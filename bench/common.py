@@ -143,7 +143,7 @@ async def prepare_schema(url: str) -> None:
 
 async def reset(conn: asyncpg.Connection) -> None:
     """Empty the durable tables."""
-    await conn.execute("TRUNCATE workflow_steps, workflows")
+    await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
 
 
 async def server_facts(conn: asyncpg.Connection) -> dict[str, str]:

@@ -7,10 +7,12 @@ retry resumes from the first step that has not completed.
 from .backends import open_store, store_from_url
 from .client import (
     DurableClient,
+    WorkflowStart,
     current_store,
     get_handle,
     set_default_store,
     start_workflow,
+    start_workflow_with_id,
     start_workflows,
     use_store,
 )
@@ -39,6 +41,7 @@ from .errors import (
     UnknownWorkflowError,
     ValueTooLargeError,
     WaitTimeoutError,
+    WorkflowConflictError,
     WorkflowFailedError,
     WorkflowNotFinishedError,
     WorkflowNotFoundError,
@@ -50,6 +53,7 @@ from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
 from .steps import Step, workflow_step
 from .store import Claimer, Store
+from .waiting import recv, send, set_event, sleep, sleep_until
 
 __all__ = [
     "ClaimNotSupportedError",
@@ -83,20 +87,28 @@ __all__ = [
     "WaitTimeoutError",
     "Workflow",
     "WorkflowConfig",
+    "WorkflowConflictError",
     "WorkflowContext",
     "WorkflowFailedError",
     "WorkflowHandle",
     "WorkflowNotFinishedError",
     "WorkflowNotFoundError",
+    "WorkflowStart",
     "WorkflowStatus",
     "current_store",
     "default_registry",
     "get_handle",
     "hookimpl",
     "open_store",
+    "recv",
     "register_observer",
+    "send",
     "set_default_store",
+    "set_event",
+    "sleep",
+    "sleep_until",
     "start_workflow",
+    "start_workflow_with_id",
     "start_workflows",
     "store_from_url",
     "unregister_observer",

@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from .coltypes import utcnow
 from .config import WorkflowConfig
 from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from .failures import dump_error, error_record
 from .hooks import observers
-from .records import ClaimedWorkflow, StepRecord, StepStatus, WorkflowStatus
+from .records import ClaimedWorkflow, StepRecord, StepStatus, Wait, WorkflowStatus
 from .store import Store
 
 if TYPE_CHECKING:
@@ -35,10 +37,18 @@ _MAX_STORE_BACKOFF = 2.0
 class Attempt:
     """One attempt of one claimed workflow, from its claim to its settlement."""
 
-    def __init__(self, store: Store, config: WorkflowConfig, claimed: ClaimedWorkflow) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: WorkflowConfig,
+        claimed: ClaimedWorkflow,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.store = store
         self.config = config
         self.claimed = claimed
+        self.clock = clock
+        """The time durable waits measure deadlines by (a test's clock in the runner)."""
         self.lease = claimed.lease
         self.fields: dict[str, Any] = {
             "worker_id": claimed.lease.worker_id,
@@ -53,6 +63,8 @@ class Attempt:
         self.lease_deadline = time.monotonic() + config.lock_timeout_secs
         self.renew_at = anyio.current_time() + config.heartbeat_interval
         self.lease_lost = False
+        self.suspended: Wait | None = None
+        """What the attempt suspended on, once it has."""
         self.body_scope = anyio.CancelScope()
         self._next_index = 0
 
@@ -103,6 +115,48 @@ class Attempt:
         self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
         observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
 
+    # -- durable primitives -------------------------------------------------------------------
+
+    async def record(self, index: int, name: str, input_json: str, output: str) -> None:
+        """Record a durable primitive's result (a send, a start, a wait that is over)."""
+        await self.persist(
+            lambda: self.store.record_step(self.lease, index, name, input_json, output)
+        )
+        self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
+        observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
+
+    async def receive(self, topic: str, index: int, name: str, input_json: str) -> str | None:
+        """Take the next message on ``topic`` as the output of step ``index``, if there is one."""
+        payload = await self.persist(
+            lambda: self.store.receive(self.lease, topic, index, name, input_json)
+        )
+        if payload is not None:
+            self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, payload)
+            observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
+        return payload
+
+    async def suspend(self, wait: Wait, output: str) -> bool:
+        """Leave the workflow waiting on ``wait``; ``False`` when the wait is already over."""
+        if await self.persist(lambda: self.store.suspend(self.lease, wait, output)):
+            self.suspended = wait
+            return True
+        return False
+
+    def waiting(self) -> WorkflowStatus:
+        """The attempt ended suspended: the row waits, holding no lease and no slot."""
+        wait = self.suspended
+        assert wait is not None
+        logger.info(
+            "workflow %s waiting for %s",
+            self.claimed.name,
+            wait.waiting_for,
+            extra={**self.fields, "outcome": "waiting"},
+        )
+        observers().durable_workflow_waiting(
+            waiting_for=wait.waiting_for, wake_at=wait.deadline, **self.fields
+        )
+        return WorkflowStatus.WAITING
+
     # -- the lease ----------------------------------------------------------------------------
 
     async def persist(self, operation: Callable[[], Awaitable[T]]) -> T:
@@ -151,7 +205,12 @@ class Attempt:
     async def succeed(self, output: str) -> WorkflowStatus:
         """Settle as succeeded with this output JSON."""
         await self.persist(
-            lambda: self.store.settle(self.lease, WorkflowStatus.SUCCEEDED, output=output)
+            lambda: self.store.settle(
+                self.lease,
+                WorkflowStatus.SUCCEEDED,
+                output=output,
+                parent_id=self.claimed.parent_id,
+            )
         )
         logger.info(
             "workflow %s succeeded",
@@ -190,7 +249,9 @@ class Attempt:
             observers().durable_retry_scheduled(error=record, delay_seconds=delay, **self.fields)
             return WorkflowStatus.PENDING
         await self.persist(
-            lambda: self.store.settle(self.lease, WorkflowStatus.FAILED, error=error)
+            lambda: self.store.settle(
+                self.lease, WorkflowStatus.FAILED, error=error, parent_id=self.claimed.parent_id
+            )
         )
         logger.error(
             "workflow %s failed on attempt %d/%d (%s: %s)",

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import secrets
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any, ParamSpec, TypeVar
 
 from .config import WorkflowConfig
@@ -25,13 +28,27 @@ from .context import WorkflowContext
 from .errors import ConfigurationError, InvalidArgumentsError
 from .handle import WorkflowHandle
 from .hooks import observers
+from .journal import body_context, derived_id, once
 from .records import NewWorkflow
 from .registry import Workflow, as_workflow
-from .serialization import encode_arguments
+from .serialization import encode, encode_arguments
 from .store import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+MAX_ID_LENGTH = 36
+"""The longest workflow id a caller may choose (the id column's width)."""
+
+
+@dataclass(frozen=True)
+class WorkflowStart:
+    """One item of :meth:`DurableClient.start_workflows` that names its workflow id."""
+
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    workflow_id: str | None = None
+
 
 _ambient: ContextVar[Store | None] = ContextVar("durable_ambient_store", default=None)
 _default: list[Store] = []
@@ -105,6 +122,7 @@ class DurableClient:
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         delay_seconds: float,
+        workflow_id: str | None = None,
     ) -> NewWorkflow:
         try:
             _signature(definition.fn).bind(*args, **kwargs)
@@ -114,25 +132,67 @@ class DurableClient:
             ) from None
         if delay_seconds < 0:
             raise ConfigurationError(f"delay must not be negative, got {delay_seconds}")
+        if workflow_id is not None and not (
+            isinstance(workflow_id, str) and 0 < len(workflow_id) <= MAX_ID_LENGTH
+        ):
+            raise ConfigurationError(
+                f"a workflow id is a string of 1 to {MAX_ID_LENGTH} characters, got {workflow_id!r}"
+            )
         payload = encode_arguments(
             tuple(args), dict(kwargs), what=f"arguments of workflow {definition.name}"
         )
         return NewWorkflow(
-            id=new_workflow_id(),
+            id=workflow_id or new_workflow_id(),
             name=definition.name,
             input=payload,
             max_attempts=definition.max_attempts or self.max_attempts or _default_max_attempts(),
             delay_seconds=delay_seconds,
         )
 
-    async def _enqueue(self, rows: list[NewWorkflow]) -> None:
-        await self.store.enqueue(rows)
+    async def _enqueue(
+        self, rows: list[NewWorkflow], chosen: Sequence[bool]
+    ) -> list[WorkflowHandle[Any]]:
+        """Write ``rows``; ``chosen[i]`` says whether the caller named row ``i``'s id."""
+        ctx = body_context()
+        if ctx is not None and ctx.store is self.store:
+            rows = await self._start_children(ctx, rows, chosen)
+        else:
+            await self._write(rows)
+        return [WorkflowHandle(self.store, row.id, row.name) for row in rows]
+
+    async def _write(self, rows: list[NewWorkflow]) -> None:
+        written = set(await self.store.enqueue(rows))
         for row in rows:
-            observers().durable_workflow_enqueued(
-                workflow_id=row.id,
-                workflow_name=row.name,
-                max_attempts=row.max_attempts,
-            )
+            if row.id in written:
+                observers().durable_workflow_enqueued(
+                    workflow_id=row.id,
+                    workflow_name=row.name,
+                    max_attempts=row.max_attempts,
+                )
+
+    async def _start_children(
+        self, ctx: WorkflowContext, rows: list[NewWorkflow], chosen: Sequence[bool]
+    ) -> list[NewWorkflow]:
+        """Start children from a workflow body: once per call site, with ids derived from
+        the parent's id and the call's step index unless the caller chose them."""
+        calls = json.dumps(
+            [[row.name, row.id if named else None] for row, named in zip(rows, chosen, strict=True)]
+        )
+
+        async def start(index: int) -> str:
+            children = [
+                replace(
+                    row,
+                    id=row.id if named else derived_id(ctx.workflow_id, index, n),
+                    parent_id=ctx.workflow_id,
+                )
+                for n, (row, named) in enumerate(zip(rows, chosen, strict=True))
+            ]
+            await self._write(children)
+            return json.dumps([child.id for child in children])
+
+        started = json.loads(await once(ctx, "durable.start", calls, start))
+        return [replace(row, id=child_id) for row, child_id in zip(rows, started, strict=True)]
 
     async def start_workflow(
         self, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
@@ -140,9 +200,18 @@ class DurableClient:
         """Enqueue ``fn(*args, **kwargs)``. Nothing is written if the arguments cannot
         be serialized or do not fit the signature."""
         definition = as_workflow(fn)
-        row = self._prepare(definition, args, kwargs, 0.0)
-        await self._enqueue([row])
-        return WorkflowHandle(self.store, row.id, row.name)
+        return (await self._enqueue([self._prepare(definition, args, kwargs, 0.0)], [False]))[0]
+
+    async def start_workflow_with_id(
+        self, workflow_id: str, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle[R]:
+        """Start ``fn(*args, **kwargs)`` as ``workflow_id``, at most once: when that id exists
+        with the same workflow and arguments, nothing is written and the handle refers
+        to it, whatever its state. Another workflow or other arguments under the id
+        raise :class:`~durable_core.errors.WorkflowConflictError`."""
+        definition = as_workflow(fn)
+        row = self._prepare(definition, args, kwargs, 0.0, workflow_id)
+        return (await self._enqueue([row], [True]))[0]
 
     async def start_workflow_later(
         self, delay_seconds: float, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
@@ -150,25 +219,43 @@ class DurableClient:
         """Like :meth:`start_workflow`, due ``delay_seconds`` from now."""
         definition = as_workflow(fn)
         row = self._prepare(definition, args, kwargs, delay_seconds)
-        await self._enqueue([row])
-        return WorkflowHandle(self.store, row.id, row.name)
+        return (await self._enqueue([row], [False]))[0]
 
     async def start_workflows(
         self,
         fn: Callable[..., Awaitable[R]],
-        arguments: Iterable[Sequence[Any] | Mapping[str, Any]],
+        arguments: Iterable[Sequence[Any] | Mapping[str, Any] | WorkflowStart],
     ) -> list[WorkflowHandle[R]]:
         """Enqueue many instances in one statement: each item is a tuple of positional
-        arguments or a mapping of keyword arguments. All are written, or none."""
+        arguments, a mapping of keyword arguments, or a :class:`WorkflowStart` naming its
+        workflow id too. All are written, or none."""
         definition = as_workflow(fn)
-        rows = []
+        rows, chosen = [], []
         for item in arguments:
-            if isinstance(item, Mapping):
-                rows.append(self._prepare(definition, (), item, 0.0))
+            if isinstance(item, WorkflowStart):
+                start = item
+            elif isinstance(item, Mapping):
+                start = WorkflowStart(kwargs=item)
             else:
-                rows.append(self._prepare(definition, item, {}, 0.0))
-        await self._enqueue(rows)
-        return [WorkflowHandle(self.store, row.id, row.name) for row in rows]
+                start = WorkflowStart(args=item)
+            rows.append(self._prepare(definition, start.args, start.kwargs, 0.0, start.workflow_id))
+            chosen.append(start.workflow_id is not None)
+        return await self._enqueue(rows, chosen)
+
+    async def send(
+        self,
+        workflow_id: str,
+        message: Any,
+        *,
+        topic: str = "",
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send ``message`` to workflow ``workflow_id``, to be taken by its ``recv(topic)``.
+
+        A repeated send with the same ``idempotency_key`` delivers nothing more.
+        """
+        payload = encode(message, what=f"message to workflow {workflow_id}")
+        await self.store.send(workflow_id, topic, payload, idempotency_key or str(uuid.uuid4()))
 
     def handle(self, workflow_id: str) -> WorkflowHandle[Any]:
         """A handle to an existing workflow."""
@@ -182,8 +269,18 @@ async def start_workflow(
     return await DurableClient(current_store()).start_workflow(fn, *args, **kwargs)
 
 
+async def start_workflow_with_id(
+    workflow_id: str, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+) -> WorkflowHandle[R]:
+    """Start ``fn(*args, **kwargs)`` as ``workflow_id`` at most once, on the bound store."""
+    return await DurableClient(current_store()).start_workflow_with_id(
+        workflow_id, fn, *args, **kwargs
+    )
+
+
 async def start_workflows(
-    fn: Callable[..., Awaitable[R]], arguments: Iterable[Sequence[Any] | Mapping[str, Any]]
+    fn: Callable[..., Awaitable[R]],
+    arguments: Iterable[Sequence[Any] | Mapping[str, Any] | WorkflowStart],
 ) -> list[WorkflowHandle[R]]:
     """Enqueue many instances of ``fn`` in one statement on the bound store."""
     return await DurableClient(current_store()).start_workflows(fn, arguments)

@@ -99,6 +99,12 @@ class InvalidStateError(FrameworkError):
     """An operation does not apply to the workflow in its current status."""
 
 
+class WorkflowConflictError(FrameworkError):
+    """A start named an existing workflow id with another workflow or other arguments."""
+
+    retryable = False
+
+
 class ClaimNotSupportedError(FrameworkError):
     """This store cannot claim work: the worker needs PostgreSQL."""
 

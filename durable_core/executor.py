@@ -11,14 +11,17 @@ only a crash leaves it so, and the lease expiry recovers it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import anyio
 
 from .attempt import Attempt
+from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .errors import FrameworkError, LeaseLostError
+from .journal import Suspended
 from .leases import LeaseKeeper
 from .records import ClaimedWorkflow, WorkflowStatus
 from .registry import Registry, default_registry
@@ -35,10 +38,12 @@ class Executor:
         config: WorkflowConfig | None = None,
         *,
         registry: Registry | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.config = config or WorkflowConfig()
         self.registry = registry or default_registry
+        self.clock = clock
         self._keeper: LeaseKeeper | None = None
 
     async def keep_leases(self) -> None:
@@ -60,7 +65,7 @@ class Executor:
         An attempt that cannot be settled (the database stayed away for the whole
         lease) is logged and its error raised; its lease expires and it is reclaimed.
         """
-        attempt = Attempt(self.store, self.config, claimed)
+        attempt = Attempt(self.store, self.config, claimed, self.clock)
         attempt.claimed_event(claimed.name)
         try:
             return await self._run(attempt)
@@ -110,6 +115,8 @@ class Executor:
 
         if attempt.lease_lost or isinstance(failure, LeaseLostError):
             raise LeaseLostError(f"lease lost on workflow {claimed.id}")
+        if attempt.suspended is not None:
+            return attempt.waiting()
         if failure is None:
             try:
                 output = encode(result, what=f"output of workflow {claimed.name}")
@@ -136,6 +143,8 @@ class Executor:
             with attempt.body_scope:
                 return await fn(*args, **kwargs), None
             return None, None  # cancelled because the lease was lost
+        except Suspended:
+            return None, None  # attempt.suspended says on what
         except Exception as exc:
             return None, exc
         finally:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -16,7 +18,8 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .failures import load_error
-from .records import StepRecord, WorkflowRecord, WorkflowStatus
+from .journal import body_context, wait
+from .records import StepRecord, WaitKind, WorkflowRecord, WorkflowStatus
 from .serialization import convert, decode
 from .store import Store
 
@@ -24,6 +27,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_POLL_SECONDS = 0.1
+EVENT_POLL_SECONDS = 0.05
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
@@ -33,6 +37,15 @@ def _seconds(value: float | timedelta | None, what: str) -> float | None:
     if math.isnan(seconds) or seconds < 0:
         raise ConfigurationError(f"{what} must be a non-negative duration, got {value!r}")
     return seconds
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How a workflow settled, as a parent's body recorded it."""
+
+    status: WorkflowStatus
+    output: str | None
+    error: str | None
 
 
 class WorkflowHandle(Generic[R]):
@@ -80,9 +93,21 @@ class WorkflowHandle(Generic[R]):
         poll: float | timedelta | None = None,
         deadline: float | timedelta | None = None,
     ) -> WorkflowStatus:
-        """Wait for a terminal status, polling every ``poll`` for at most ``deadline``."""
+        """Wait for a terminal status, polling every ``poll`` for at most ``deadline``.
+
+        In a workflow body the wait is durable: the workflow suspends, holding no
+        worker slot, until this one settles (or the deadline passes).
+        """
         poll_seconds = _seconds(poll, "poll") or DEFAULT_POLL_SECONDS
         deadline_seconds = _seconds(deadline, "deadline")
+        if self._in_body():
+            settled = await self._settled(deadline_seconds)
+            if settled is None:
+                raise WaitTimeoutError(
+                    f"Timed out after {deadline_seconds}s waiting for workflow {self.id}. "
+                    "It was not cancelled."
+                )
+            return settled.status
         last: list[WorkflowStatus] = []
         if deadline_seconds == 0:
             # A zero deadline means "look once", not "give up before looking".
@@ -105,9 +130,50 @@ class WorkflowHandle(Generic[R]):
                 "The workflow was not cancelled: check handle.status() later."
             ) from None
 
+    def _in_body(self) -> bool:
+        ctx = body_context()
+        return ctx is not None and ctx.store is self.store
+
+    async def _settled(self, timeout: float | None) -> _Outcome | None:
+        """From a workflow body: suspend until this workflow settles, once per call site;
+        ``None`` after ``timeout`` seconds."""
+        ctx = body_context()
+        assert ctx is not None
+        name, input_json = "durable.wait", json.dumps([self.id])
+
+        async def over(index: int) -> str | None:
+            record = await self.info()
+            if not record.status.is_terminal:
+                return None
+            output = json.dumps([record.status.value, record.output, record.error])
+            await ctx.run.record(index, name, input_json, output)
+            return output
+
+        text = await wait(
+            ctx,
+            name,
+            input_json,
+            kind=WaitKind.CHILD,
+            key=self.id,
+            until=None if timeout is None else timedelta(seconds=timeout),
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+        found = json.loads(text)
+        return None if found is None else _Outcome(WorkflowStatus(found[0]), found[1], found[2])
+
     async def output_raw(self) -> str:
-        """The output JSON text of a succeeded workflow."""
-        record = await self.info()
+        """The output JSON text of a succeeded workflow.
+
+        In a workflow body, waits durably for the workflow to settle first.
+        """
+        record: WorkflowRecord | _Outcome
+        if self._in_body():
+            outcome = await self._settled(None)
+            assert outcome is not None
+            record = outcome
+        else:
+            record = await self.info()
         if record.status is WorkflowStatus.SUCCEEDED and record.output is not None:
             return record.output
         error = load_error(record.error)
@@ -134,6 +200,20 @@ class WorkflowHandle(Generic[R]):
         if type_ is None:
             return cast(R, value)
         return convert(value, type_)
+
+    async def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
+        """The value the workflow published under ``key`` with ``set_event``, waiting up to
+        ``timeout`` for it to appear; ``None`` if it has not by then."""
+        timeout_seconds = _seconds(timeout, "timeout")
+        with anyio.move_on_after(timeout_seconds):
+            while True:
+                text = await self.store.get_event(self.id, key)
+                if text is not None:
+                    return decode(text, what=f"event {key!r} of workflow {self.id}")
+                if timeout_seconds == 0:
+                    return None
+                await anyio.sleep(EVENT_POLL_SECONDS)
+        return None
 
     async def error(self) -> dict[str, Any] | None:
         """The recorded error (type, message, traceback, step) of the last failed attempt."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, cast
 
 import pluggy
@@ -124,6 +125,19 @@ class ObserverSpec:
         error: dict[str, Any],
     ) -> None:
         """The workflow settled as failed; no further attempt will run."""
+
+    @hookspec
+    def durable_workflow_waiting(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        waiting_for: str,
+        wake_at: datetime | None,
+    ) -> None:
+        """The workflow suspended, releasing its lease and slot, until ``waiting_for``
+        (``sleep``, ``message:<topic>``, ``child:<id>``) happens or ``wake_at`` passes."""
 
     @hookspec
     def durable_lease_lost(

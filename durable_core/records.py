@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 class WorkflowStatus(enum.StrEnum):
@@ -12,6 +12,8 @@ class WorkflowStatus(enum.StrEnum):
 
     PENDING = "pending"
     RUNNING = "running"
+    WAITING = "waiting"
+    """Suspended until a time, a message or a child: it holds no lease and no worker."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -29,8 +31,44 @@ class StepStatus(enum.StrEnum):
     """Where one step invocation stands."""
 
     RUNNING = "running"
+    WAITING = "waiting"
+    """A durable wait (sleep, receive, child) not over yet; its output holds the deadline."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+
+
+class WaitKind(enum.StrEnum):
+    """What a waiting workflow waits for."""
+
+    SLEEP = "sleep"
+    MESSAGE = "message"
+    CHILD = "child"
+
+
+FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
+"""The ``run_at`` of a workflow waiting with no deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why and until when a workflow suspends, and the step that records it.
+
+    ``key`` is the topic (``MESSAGE``) or the child's id (``CHILD``); the store
+    suspends only if that wait is not already over (a message is there, the child
+    has settled), checked under the workflow's row lock.
+    """
+
+    kind: WaitKind
+    key: str
+    deadline: datetime | None
+    step_index: int
+    step_name: str
+    step_input: str
+
+    @property
+    def waiting_for(self) -> str:
+        """The ``waiting_for`` column: ``sleep``, ``message:<topic>`` or ``child:<id>``."""
+        return self.kind.value if self.kind is WaitKind.SLEEP else f"{self.kind.value}:{self.key}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +80,7 @@ class NewWorkflow:
     input: str
     max_attempts: int
     delay_seconds: float = 0.0
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +101,16 @@ class WorkflowRecord:
     completed_at: datetime | None = None
     locked_by: str | None = None
     locked_until: datetime | None = None
+    parent_id: str | None = None
+    waiting_for: str | None = None
+    """``sleep``, ``message:<topic>`` or ``child:<id>`` while ``waiting``."""
+
+    @property
+    def wake_at(self) -> datetime | None:
+        """When a waiting workflow wakes by itself (its sleep ends, its receive times out)."""
+        if self.status is not WorkflowStatus.WAITING or self.run_at >= FOREVER:
+            return None
+        return self.run_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +150,4 @@ class ClaimedWorkflow:
     max_attempts: int
     lease: Lease
     steps: tuple[StepRecord, ...] | None = field(default=None)
+    parent_id: str | None = None

@@ -56,6 +56,8 @@ metadata = build_metadata()
 workflows = metadata.tables["workflows"]
 workflow_steps = metadata.tables["workflow_steps"]
 schema_versions = metadata.tables[VERSIONS_TABLE]
+workflow_messages = metadata.tables["workflow_messages"]
+workflow_events = metadata.tables["workflow_events"]
 
 
 async def drop_schema(engine: AsyncEngine) -> None:
@@ -71,6 +73,8 @@ __all__ = [
     "drop_schema",
     "metadata",
     "schema_versions",
+    "workflow_events",
+    "workflow_messages",
     "workflow_steps",
     "workflows",
 ]

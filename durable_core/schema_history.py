@@ -106,9 +106,60 @@ def _v2() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v3() -> list[ops.MigrateOperation]:
+    def workflow_id(table: str) -> sa.Column[str]:
+        return sa.Column(
+            "workflow_id",
+            sa.String(36),
+            sa.ForeignKey("workflows.id", ondelete="CASCADE", name=f"fk_{table}_workflow_id"),
+            nullable=False,
+        )
+
+    return [
+        # A child's parent; what a waiting workflow waits for ("sleep", "message:<topic>",
+        # "child:<id>"), its deadline being run_at.
+        ops.AddColumnOp("workflows", sa.Column("parent_id", sa.String(36), nullable=True)),
+        ops.AddColumnOp("workflows", sa.Column("waiting_for", sa.String(255), nullable=True)),
+        _index("ix_workflows_parent_id", "workflows", "parent_id"),
+        _table(
+            "workflow_messages",
+            sa.Column(
+                "seq",
+                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                primary_key=True,
+                autoincrement=True,
+            ),
+            workflow_id("workflow_messages"),
+            sa.Column("topic", sa.String(255), nullable=False),
+            sa.Column("message_id", sa.String(64), nullable=False),
+            sa.Column("payload", json_text(), nullable=False),
+            sa.Column("sent_at", UTCDateTime(), nullable=False),
+        ),
+        _index("ix_workflow_messages_inbox", "workflow_messages", "workflow_id", "topic", "seq"),
+        ops.CreateIndexOp(
+            "ux_workflow_messages_message_id", "workflow_messages", ["message_id"], unique=True
+        ),
+        _table(
+            "workflow_events",
+            sa.Column(
+                "workflow_id",
+                sa.String(36),
+                sa.ForeignKey(
+                    "workflows.id", ondelete="CASCADE", name="fk_workflow_events_workflow_id"
+                ),
+                primary_key=True,
+            ),
+            sa.Column("key", sa.String(255), primary_key=True),
+            sa.Column("value", json_text(), nullable=False),
+            sa.Column("updated_at", UTCDateTime(), nullable=False),
+        ),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
+    SchemaVersion(3, "durable_schema_v3", "waiting workflows: parents, messages and events", _v3),
 )
 
 LATEST = VERSIONS[-1].number

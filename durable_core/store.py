@@ -22,6 +22,7 @@ from .records import (
     Lease,
     NewWorkflow,
     StepRecord,
+    Wait,
     WorkflowRecord,
     WorkflowStatus,
 )
@@ -58,8 +59,13 @@ class Store(Protocol):
 
     # -- enqueue and read side ------------------------------------------------
 
-    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
-        """Insert pending workflows, all in one statement and one transaction."""
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
+        """Insert pending workflows in one transaction; return the ids written.
+
+        An id that exists already is skipped when the row repeats the same workflow
+        and input; otherwise :class:`~durable_core.errors.WorkflowConflictError` is
+        raised and nothing is written.
+        """
         ...
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
@@ -88,7 +94,20 @@ class Store(Protocol):
         ...
 
     async def cancel_workflow(self, workflow_id: str) -> None:
-        """Mark a pending or running workflow cancelled; a running body loses its lease."""
+        """Cancel an unfinished workflow and its unfinished children; a running body loses
+        its lease, and a parent waiting on the workflow wakes."""
+        ...
+
+    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
+        """Add a message to a workflow's inbox and wake it if it waits on ``topic``.
+
+        A repeated ``message_id`` is a no-op; an unknown workflow raises
+        :class:`~durable_core.errors.WorkflowNotFoundError`.
+        """
+        ...
+
+    async def get_event(self, workflow_id: str, key: str) -> str | None:
+        """The value a workflow published under ``key``, or ``None``."""
         ...
 
     # -- execution side (every write is fenced by the lease) ------------------
@@ -127,12 +146,41 @@ class Store(Protocol):
         output: str | None = None,
         error: str | None = None,
         retry_delay_seconds: float = 0.0,
+        parent_id: str | None = None,
     ) -> None:
         """End the current attempt and release the lease.
 
         ``status`` is ``succeeded`` (with ``output``), ``failed`` (with ``error``)
         or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with ``error``).
+        A final status wakes the parent ``parent_id`` if it waits on this workflow.
         """
+        ...
+
+    async def record_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+    ) -> None:
+        """Record a succeeded step in one write (a durable primitive's result)."""
+        ...
+
+    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+        """Release the lease and leave the workflow ``waiting``; record the wait's step as
+        waiting with ``output``. Does not count an attempt.
+
+        Returns ``False`` and changes nothing when the wait is already over (a
+        message on the topic is there, the child has settled), checked under the
+        workflow's row lock so that no wake-up is lost.
+        """
+        ...
+
+    async def receive(
+        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+    ) -> str | None:
+        """Take the oldest message on ``topic`` and record it as the step's output, in one
+        transaction; ``None`` when there is none."""
+        ...
+
+    async def set_event(self, lease: Lease, key: str, value: str) -> None:
+        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
         ...
 
 

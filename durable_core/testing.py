@@ -6,23 +6,54 @@ Works on any store, SQLite included::
     handle = await client.start_workflow(checkout, 42)
     status = await runner.run_until_complete(handle)   # every attempt, skipping backoff
 
-``run_once`` runs a single attempt (to completion or to its next retry), so a
-test can observe the row between attempts.
+``run_once`` runs a single attempt (to completion, to its next retry or to
+its next wait), so a test can observe the row between attempts.
+
+Durable waits measure time by the runner's :class:`TestClock`, which the test
+moves: ``runner.clock.advance(timedelta(days=3))``. ``run_until_complete``
+skips time by itself when nothing can run before the next deadline, so a
+workflow that sleeps three days completes at once (Temporal's time skipping).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
+from .coltypes import utcnow
 from .config import WorkflowConfig
 from .errors import InvalidStateError
 from .executor import Executor
 from .handle import WorkflowHandle
-from .records import WorkflowStatus
+from .records import WorkflowRecord, WorkflowStatus
 from .registry import Registry
 from .store import Store
 
 _PAGE = 1000
+
+
+class TestClock:
+    """Wall-clock time plus an offset the test grows with :meth:`advance`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        """The current time, as the workflows run by this runner see it."""
+        return utcnow() + self.offset
+
+    def advance(self, by: float | timedelta) -> None:
+        """Move the clock ``by`` seconds (or a timedelta) forward."""
+        delta = by if isinstance(by, timedelta) else timedelta(seconds=by)
+        if delta < timedelta(0):
+            raise InvalidStateError(f"a clock only moves forward; cannot advance it by {by!r}")
+        self.offset += delta
+
+    def advance_to(self, moment: datetime) -> None:
+        """Move the clock forward to ``moment`` (nothing if it is already past)."""
+        self.offset += max(timedelta(0), moment - self.now())
 
 
 class WorkflowRunner:
@@ -35,8 +66,10 @@ class WorkflowRunner:
         *,
         registry: Registry | None = None,
         worker_id: str = "in-process",
+        clock: TestClock | None = None,
     ) -> None:
-        self.executor = Executor(store, config, registry=registry)
+        self.clock = clock or TestClock()
+        self.executor = Executor(store, config, registry=registry, clock=self.clock.now)
         self.store = store
         self.worker_id = worker_id
 
@@ -63,35 +96,65 @@ class WorkflowRunner:
         return await WorkflowHandle(self.store, workflow_id).status()
 
     async def run_until_complete(
-        self, workflow: WorkflowHandle[Any] | str, *, max_runs: int = 100
+        self, workflow: WorkflowHandle[Any] | str, *, max_runs: int = 1000
     ) -> WorkflowStatus:
-        """Run attempts, skipping backoff, until the workflow reaches a terminal status."""
+        """Run the workflow, and whatever it waits on, until it reaches a terminal status.
+
+        Backoff is skipped. While it waits, other runnable workflows (its children)
+        run first; when nothing can run, the clock skips to the next deadline. A
+        workflow waiting for a message nobody has sent raises
+        :class:`~durable_core.errors.InvalidStateError`.
+        """
         handle = (
             workflow
             if isinstance(workflow, WorkflowHandle)
             else WorkflowHandle(self.store, workflow)
         )
-        status = await handle.status()
+        record = await handle.info()
         runs = 0
-        while not status.is_terminal:
+        while not record.status.is_terminal:
             if runs >= max_runs:
                 raise InvalidStateError(
-                    f"workflow {handle.id} still {status.value} after {runs} runs"
+                    f"workflow {handle.id} still {record.status.value} after {runs} runs"
                 )
-            status = await self.run_once(handle)
             runs += 1
-        return status
+            if record.status is not WorkflowStatus.WAITING:
+                await self.run_once(handle)
+            elif not await self.drain() and not await self._skip_time():
+                raise InvalidStateError(
+                    f"workflow {handle.id} waits for {record.waiting_for} and nothing "
+                    "that can run will end the wait: send() the message first"
+                )
+            record = await handle.info()
+        return record.status
+
+    async def _runnable(self, *, due_only: bool) -> list[WorkflowRecord]:
+        now = self.clock.now()
+        pending = await self.store.list_workflows(status=WorkflowStatus.PENDING, limit=_PAGE)
+        waiting = await self.store.list_workflows(status=WorkflowStatus.WAITING, limit=_PAGE)
+        woken = [r for r in waiting if r.wake_at is not None and r.wake_at <= now]
+        due = [r for r in pending if not due_only or r.run_at <= now]
+        return sorted(due + woken, key=lambda r: r.run_at)
+
+    async def _skip_time(self) -> bool:
+        """Move the clock to the earliest deadline of a waiting workflow, if there is one."""
+        waiting = await self.store.list_workflows(status=WorkflowStatus.WAITING, limit=_PAGE)
+        deadlines = [r.wake_at for r in waiting if r.wake_at is not None]
+        if not deadlines:
+            return False
+        self.clock.advance_to(min(deadlines))
+        return True
 
     async def drain(self, *, due_only: bool = True) -> int:
-        """Run one attempt of every pending workflow; return how many ran."""
+        """Run one attempt of every pending workflow, and of every waiting one whose deadline
+        the clock has passed; return how many ran."""
         ran = 0
-        pending = await self.store.list_workflows(status=WorkflowStatus.PENDING, limit=_PAGE)
-        for record in sorted(pending, key=lambda r: r.run_at):
+        for record in await self._runnable(due_only=due_only):
             claimed = await self.store.acquire(
                 record.id,
                 worker_id=self.worker_id,
                 lease_seconds=self.executor.config.lock_timeout_secs,
-                due_only=due_only,
+                due_only=False,
             )
             if claimed is not None:
                 await self.executor.run(claimed)

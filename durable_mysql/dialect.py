@@ -32,6 +32,10 @@ class MySQLDialect(SQLDialect):
         assert isinstance(insert, mysql.Insert)
         return insert.on_duplicate_key_update(dict(set_(lambda column: insert.inserted[column])))
 
+    def ignore_duplicates(self, insert: Insert, keys: Sequence[sa.Column[Any]]) -> Insert:
+        assert isinstance(insert, mysql.Insert)
+        return insert.on_duplicate_key_update({keys[0].name: insert.inserted[keys[0].name]})
+
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         # MySQL commits each DDL statement on its own, so a transaction cannot keep

@@ -26,6 +26,7 @@ from durable_core.sql.connector import Params
 from durable_core.sql.rows import STEP_FIELDS
 from durable_core.sql.statements import (
     CLAIMED_COLUMNS,
+    NEW_WORKFLOW_FIELDS,
     due,
     expired,
     new_workflow,
@@ -33,6 +34,7 @@ from durable_core.sql.statements import (
     st,
     take_lease,
     wf,
+    woken,
 )
 
 CHANNEL = "durable_workflows"
@@ -93,32 +95,38 @@ class PostgresStatements(Statements):
             .scalar_subquery()
         )
 
+    enqueue_returns_ids = True
+
     def _build_enqueue(self) -> sa.Executable:
-        # Every row of the batch comes from one unnest() of parallel arrays, and
-        # pg_notify runs once, in the same statement, when anything was inserted.
+        # Every row of the batch comes from one unnest() of parallel arrays; an id that
+        # exists already is skipped. The statement returns the ids it inserted, and
+        # pg_notify runs once, in the same statement, when there are any.
         arrays = sa.func.unnest(
             param("ids", postgresql.ARRAY(sa.Text())),
             param("names", postgresql.ARRAY(sa.Text())),
             param("inputs", postgresql.ARRAY(sa.Text())),
             param("max_attempts", postgresql.ARRAY(sa.Integer())),
+            param("parents", postgresql.ARRAY(sa.Text())),
             param("delays", postgresql.ARRAY(sa.Float())),
         )
-        rows = arrays.table_valued("id", "name", "input", "max_attempts", "delay").render_derived(
-            name="u"
-        )
+        rows = arrays.table_valued(*NEW_WORKFLOW_FIELDS, "delay").render_derived(name="u")
         values = new_workflow(
-            {name: rows.c[name] for name in ("id", "name", "input", "max_attempts")},
+            {name: rows.c[name] for name in NEW_WORKFLOW_FIELDS},
             now=sa.func.now(),
             run_at=PostgresDialect.seconds_after_now(rows.c.delay),
         )
         inserted = (
-            sa.insert(wf)
+            postgresql.insert(wf)
             .from_select(list(values), sa.select(*values.values()).select_from(rows))
-            .returning(const(1))
+            .on_conflict_do_nothing(index_elements=[wf.c.id])
+            .returning(wf.c.id)
             .cte("ins")
         )
-        any_row = sa.select(const(1)).select_from(inserted).limit(const(1)).subquery("any_row")
-        return sa.select(PostgresDialect.notify()).select_from(any_row)
+        count = sa.func.count()
+        notify = sa.case((count > const(0), PostgresDialect.notify()), else_=sa.null())
+        return sa.select(
+            sa.func.array_agg(inserted.c.id).label("ids"), notify.label("notified")
+        ).select_from(inserted)
 
     def enqueue_params(self, rows: Sequence[NewWorkflow]) -> list[Params]:
         return [
@@ -127,13 +135,21 @@ class PostgresStatements(Statements):
                 "names": [row.name for row in rows],
                 "inputs": [row.input for row in rows],
                 "max_attempts": [row.max_attempts for row in rows],
+                "parents": [row.parent_id for row in rows],
                 "delays": [float(row.delay_seconds) for row in rows],
             }
         ]
 
+    def _existing(self) -> sa.Select[Any]:
+        ids = param("ids", postgresql.ARRAY(sa.Text()))
+        return sa.select(wf.c.id, wf.c.name, wf.c.input, wf.c.parent_id).where(
+            wf.c.id == sa.func.any(ids)
+        )
+
     def _claim(self) -> sa.Executable:
-        # Expired leases first, then due pending rows: two ordered, limited, locked
-        # index scans (no OR, no sort), so the cost does not grow with the backlog.
+        # Expired leases first, then due pending rows, then waiting rows whose deadline
+        # passed: ordered, limited, locked index scans (no OR, no sort), so the cost
+        # grows neither with the backlog nor with the number of waiting workflows.
         d = self.dialect
         limit = param("limit", sa.Integer())
 
@@ -149,9 +165,10 @@ class PostgresStatements(Statements):
 
         stale = scan(expired(d), wf.c.locked_until, "expired")
         ready = scan(due(d), wf.c.run_at, "due")
-        candidates = sa.union_all(sa.select(stale.c.id), sa.select(ready.c.id)).subquery(
-            "candidates"
-        )
+        awake = scan(woken(d), wf.c.run_at, "woken")
+        candidates = sa.union_all(
+            sa.select(stale.c.id), sa.select(ready.c.id), sa.select(awake.c.id)
+        ).subquery("candidates")
         picked = sa.select(candidates.c.id).limit(limit).cte("picked").prefix_with("MATERIALIZED")
         token = sa.cast(sa.func.gen_random_uuid(), sa.String)
         claimed = (

@@ -134,7 +134,10 @@ async def empty_mysql_database(name: str) -> str:
     try:
         async with engine.begin() as conn:
             await conn.execute(
-                sa.text("DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions")
+                sa.text(
+                    "DROP TABLE IF EXISTS workflow_steps, workflow_messages, workflow_events, "
+                    "workflows, durable_schema_versions"
+                )
             )
     finally:
         await engine.dispose()

@@ -96,7 +96,7 @@ async def test_retry_and_cancel(sqlite_store: SQLiteStore, tmp_path: Path) -> No
 
     again = durable("cancel", workflow_id, "--database-url", url)
     assert again.returncode == 2
-    assert "only pending or running workflows can be cancelled" in again.stderr
+    assert "only pending, running or waiting workflows can be cancelled" in again.stderr
 
 
 def test_bad_input_gets_one_clear_line_and_exit_2(tmp_path: Path) -> None:

@@ -486,7 +486,7 @@ async def postgres_store(postgres_url: str) -> AsyncIterator[Store]:
     await store.apply_schema()
     conn = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        await conn.execute("TRUNCATE workflow_steps, workflows")
+        await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
     finally:
         await conn.close()
     yield store

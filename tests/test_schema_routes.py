@@ -43,7 +43,13 @@ from tests.conftest import empty_mysql_database, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
-DURABLE_TABLES = ("durable_schema_versions", "workflow_steps", "workflows")
+DURABLE_TABLES = (
+    "durable_schema_versions",
+    "workflow_events",
+    "workflow_messages",
+    "workflow_steps",
+    "workflows",
+)
 RELEASE_0_1 = Path(__file__).parent / "fixtures" / "schema_release_0_1.json"
 """The reflected schema release 0.1 created (before versions), on each database."""
 

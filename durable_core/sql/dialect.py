@@ -77,6 +77,11 @@ class SQLDialect:
         insert: Insert = self.sqlalchemy_dialect.insert(table)
         return insert
 
+    def ignore_duplicates(self, insert: Insert, keys: Sequence[sa.Column[Any]]) -> Insert:
+        """``insert``, skipping each row whose ``keys`` exist already."""
+        new: Any = insert
+        return new.on_conflict_do_nothing(index_elements=keys)  # type: ignore[no-any-return]
+
     def upsert(
         self,
         insert: Insert,

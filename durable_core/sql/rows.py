@@ -40,6 +40,8 @@ def record_from_row(row: Row) -> WorkflowRecord:
         completed_at=row["completed_at"],
         locked_by=row["locked_by"],
         locked_until=row["locked_until"],
+        parent_id=row["parent_id"],
+        waiting_for=row["waiting_for"],
     )
 
 
@@ -89,4 +91,5 @@ def claimed_from_row(row: Row, worker_id: str, *, steps: bool) -> ClaimedWorkflo
         max_attempts=row["max_attempts"],
         lease=Lease(workflow_id=workflow_id, token=row["lock_token"], worker_id=worker_id),
         steps=steps_from_json(workflow_id, row["steps"]) if steps else None,
+        parent_id=row["parent_id"],
     )

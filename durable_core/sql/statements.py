@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .. import schema
+from ..coltypes import UTCDateTime
 from ..records import NewWorkflow, StepStatus, WorkflowStatus
 from .connector import Params
 from .dialect import SQLDialect, const
@@ -25,10 +26,14 @@ from .rows import STEP_FIELDS
 
 wf = schema.workflows
 st = schema.workflow_steps
+msg = schema.workflow_messages
+ev = schema.workflow_events
 
 PENDING, RUNNING = const(WorkflowStatus.PENDING.value), const(WorkflowStatus.RUNNING.value)
+WAITING = const(WorkflowStatus.WAITING.value)
 RETRYABLE = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
-CANCELLABLE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
+CANCELLABLE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING, WorkflowStatus.WAITING)
+TERMINAL = (WorkflowStatus.SUCCEEDED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
 CLAIMED_COLUMNS = (
     wf.c.id,
     wf.c.name,
@@ -36,7 +41,9 @@ CLAIMED_COLUMNS = (
     wf.c.attempts,
     wf.c.max_attempts,
     wf.c.lock_token,
+    wf.c.parent_id,
 )
+NEW_WORKFLOW_FIELDS = ("id", "name", "input", "max_attempts", "parent_id")
 
 
 def param(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
@@ -64,6 +71,11 @@ def due(dialect: SQLDialect) -> sa.ColumnElement[bool]:
 def expired(dialect: SQLDialect) -> sa.ColumnElement[bool]:
     """Running under a lease that has run out: its worker is gone, anyone may take it."""
     return sa.and_(wf.c.status == RUNNING, wf.c.locked_until < dialect.now())
+
+
+def woken(dialect: SQLDialect) -> sa.ColumnElement[bool]:
+    """Waiting, and its deadline has passed: the sleep is over, the receive timed out."""
+    return sa.and_(wf.c.status == WAITING, wf.c.run_at <= dialect.now())
 
 
 def take_lease(dialect: SQLDialect, token: sa.ColumnElement[Any]) -> dict[str, Any]:
@@ -102,6 +114,7 @@ def new_workflow(
         "input": source["input"],
         "attempts": const(0),
         "max_attempts": source["max_attempts"],
+        "parent_id": source["parent_id"],
         "run_at": run_at,
         "created_at": now,
         "updated_at": now,
@@ -110,6 +123,10 @@ def new_workflow(
 
 class Statements:
     """Every statement of the shared SQL store, built once for one dialect."""
+
+    enqueue_returns_ids = False
+    """Whether :attr:`enqueue` is one statement returning the ids it inserted (an ``ids``
+    array); otherwise it runs once per row after :attr:`existing` read the taken ids."""
 
     def __init__(self, dialect: SQLDialect) -> None:
         self.dialect = d = dialect
@@ -141,11 +158,69 @@ class Statements:
             .values(status=const(WorkflowStatus.CANCELLED.value), completed_at=now, **release(d))
         )
 
-        self.acquire_due = self._acquire(sa.or_(due(d), expired(d)))
-        self.acquire_any = self._acquire(sa.or_(wf.c.status == PENDING, expired(d)))
+        self.acquire_due = self._acquire(sa.or_(due(d), woken(d), expired(d)))
+        self.acquire_any = self._acquire(sa.or_(wf.c.status.in_([PENDING, WAITING]), expired(d)))
         self.leased = sa.select(*CLAIMED_COLUMNS).where(holds())
+        self.existing = self._existing()
+        self.parent = sa.select(wf.c.parent_id).where(wf.c.id == param("workflow"))
+        self.children = sa.select(wf.c.id).where(
+            wf.c.parent_id == param("workflow"), status_in(CANCELLABLE)
+        )
 
-        self.start_step = self._start_step()
+        # -- waiting: a suspended row is woken by a message, its child, or its deadline
+        self.lock = sa.select(wf.c.id).where(wf.c.id == param("workflow")).with_for_update()
+        self.suspend = (
+            wf.update()
+            .where(holds())
+            .values(
+                status=WAITING,
+                # A suspension is not an attempt: the claim that resumes it counts one.
+                attempts=wf.c.attempts - const(1),
+                run_at=param("deadline", UTCDateTime()),
+                waiting_for=param("waiting_for"),
+                **release(d),
+            )
+        )
+        self.wake = d.wake_workers(
+            wf.update()
+            .where(
+                wf.c.id == param("workflow"),
+                wf.c.status == WAITING,
+                wf.c.waiting_for == param("waiting_for"),
+            )
+            .values(status=PENDING, run_at=now, waiting_for=sa.null(), updated_at=now)
+        )
+        self.settled = sa.select(wf.c.id).where(wf.c.id == param("workflow"), status_in(TERMINAL))
+        self.next_message = (
+            sa.select(msg.c.seq, msg.c.payload)
+            .where(msg.c.workflow_id == param("workflow"), msg.c.topic == param("topic"))
+            .order_by(msg.c.seq)
+            .limit(const(1))
+            .with_for_update()
+        )
+        self.delete_message = msg.delete().where(msg.c.seq == param("seq", sa.BigInteger()))
+        self.message_sent = sa.select(msg.c.seq).where(msg.c.message_id == param("message_id"))
+        self.send = msg.insert().values(
+            workflow_id=param("workflow"),
+            topic=param("topic"),
+            message_id=param("message_id"),
+            payload=param("payload"),
+            sent_at=now,
+        )
+        self.set_event = self._set_event()
+        self.get_event = sa.select(ev.c.value).where(
+            ev.c.workflow_id == param("workflow"), ev.c.key == param("key")
+        )
+
+        self.start_step = self._put_step(
+            const(StepStatus.RUNNING.value), output=sa.null(), completed_at=sa.null()
+        )
+        self.record_step = self._put_step(
+            const(StepStatus.SUCCEEDED.value), output=param("output_json"), completed_at=now
+        )
+        self.wait_step = self._put_step(
+            const(StepStatus.WAITING.value), output=param("output_json"), completed_at=sa.null()
+        )
         self.complete_step = self._finish_step(
             status=const(StepStatus.SUCCEEDED.value), output=param("output_json"), error=sa.null()
         )
@@ -188,6 +263,7 @@ class Statements:
                 "name": row.name,
                 "input": row.input,
                 "max_attempts": row.max_attempts,
+                "parent_id": row.parent_id,
                 "delay_seconds": float(row.delay_seconds),
             }
             for row in rows
@@ -220,9 +296,26 @@ class Statements:
     def _build_enqueue(self) -> sa.Executable:
         """The statement :meth:`enqueue_params` feeds (one row per parameter set here)."""
         d = self.dialect
-        source = {name: param(name) for name in ("id", "name", "input", "max_attempts")}
+        source = {name: param(name) for name in NEW_WORKFLOW_FIELDS}
         values = new_workflow(source, now=d.now(), run_at=d.after("delay_seconds"))
-        return d.wake_workers(sa.insert(wf).values(values))
+        return d.wake_workers(d.ignore_duplicates(d.insert(wf).values(values), [wf.c.id]))
+
+    def _existing(self) -> sa.Select[Any]:
+        """The rows among the ids in the ``ids`` parameter that exist already."""
+        ids: sa.BindParameter[str] = sa.bindparam("ids", expanding=True)
+        return sa.select(wf.c.id, wf.c.name, wf.c.input, wf.c.parent_id).where(wf.c.id.in_(ids))
+
+    def _set_event(self) -> sa.Executable:
+        d = self.dialect
+        held = sa.select(
+            wf.c.id, param("key", sa.String()), param("value", sa.Text()), d.now()
+        ).where(holds())
+        insert = d.insert(ev).from_select(["workflow_id", "key", "value", "updated_at"], held)
+        return d.upsert(
+            insert,
+            [ev.c.workflow_id, ev.c.key],
+            lambda new: {"value": new("value"), "updated_at": new("updated_at")},
+        )
 
     def _acquire(self, runnable: sa.ColumnElement[bool]) -> sa.Executable:
         update = (
@@ -236,7 +329,14 @@ class Statements:
         columns = [*CLAIMED_COLUMNS] + ([] if steps is None else [steps.label("steps")])
         return update.returning(*columns)
 
-    def _start_step(self) -> sa.Executable:
+    def _put_step(
+        self,
+        status: sa.ColumnElement[Any],
+        *,
+        output: sa.ColumnElement[Any],
+        completed_at: sa.ColumnElement[Any],
+    ) -> sa.Executable:
+        """Insert or reset the step row ``index`` as ``status``, fenced by the lease."""
         d = self.dialect
         # The workflow row is read FOR SHARE: a concurrent reclaim (FOR UPDATE) either
         # committed first, and the token no longer matches, or waits for this write.
@@ -245,17 +345,19 @@ class Statements:
                 wf.c.id,
                 param("index", sa.Integer()),
                 param("step_name", sa.String()),
-                const(StepStatus.RUNNING.value),
+                status,
                 param("input", sa.Text()),
+                output,
                 const(1),
                 d.now(),
+                completed_at,
             )
             .where(holds())
             .with_for_update(read=True)
         )
+        columns = ["workflow_id", "step_index", "step_name", "status", "input", "output"]
         insert = d.insert(st).from_select(
-            ["workflow_id", "step_index", "step_name", "status", "input", "attempts", "started_at"],
-            held,
+            [*columns, "attempts", "started_at", "completed_at"], held
         )
         return d.upsert(
             insert,
@@ -264,11 +366,11 @@ class Statements:
                 "step_name": new("step_name"),
                 "status": new("status"),
                 "input": new("input"),
-                "output": sa.null(),
+                "output": new("output"),
                 "error": sa.null(),
                 "attempts": st.c.attempts + const(1),
                 "started_at": new("started_at"),
-                "completed_at": sa.null(),
+                "completed_at": new("completed_at"),
             },
         )
 

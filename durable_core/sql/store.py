@@ -10,6 +10,7 @@ too (README: "Writing a store plugin").
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -18,12 +19,15 @@ from typing import Any, Self
 import sqlalchemy as sa
 
 from .. import migrations
-from ..errors import InvalidStateError, WorkflowNotFoundError
+from ..errors import InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
 from ..records import (
+    FOREVER,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
     StepRecord,
+    Wait,
+    WaitKind,
     WorkflowRecord,
     WorkflowStatus,
 )
@@ -33,6 +37,10 @@ from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
 from .rows import claimed_from_row, record_from_row, step_from_row
 from .statements import Statements, wf
+
+
+class _StillRunning(Exception):
+    """Rolls a suspension back: the wait was over before it began."""
 
 
 class SQLStore:
@@ -166,16 +174,38 @@ class SQLStore:
 
     # -- enqueue and read side ------------------------------------------------
 
-    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
-        """Insert pending workflows, all in one transaction, and wake idle workers."""
-        if not workflows:
-            return
-        for row in workflows:
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> list[str]:
+        """Insert pending workflows, all in one transaction, and wake idle workers.
+
+        An id that exists already with the same workflow and input is skipped (a
+        repeated start); with another workflow or input it raises
+        :class:`~durable_core.errors.WorkflowConflictError` and nothing is written.
+        Returns the ids written.
+        """
+        batch = _unique(workflows)
+        if not batch:
+            return []
+        for row in batch:
             await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
         q = self.statements
+        if q.enqueue_returns_ids:
+            [single] = q.enqueue_params(batch)
+            [result] = await self._fetch("enqueue", q.enqueue, single)
+            inserted = set(result["ids"] or ())
+            skipped = [row for row in batch if row.id not in inserted]
+            if skipped:
+                ids = {"ids": [row.id for row in skipped]}
+                _check_repeats(skipped, await self._fetch("enqueue", q.existing, ids))
+            return [row.id for row in batch if row.id in inserted]
         async with self._transaction("enqueue") as session:
-            params = [self.dialect.bind_clock(p) for p in q.enqueue_params(workflows)]
-            await session.execute_many(q.enqueue, params)
+            existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
+            _check_repeats(batch, existing)
+            taken = {found["id"] for found in existing}
+            new = [row for row in batch if row.id not in taken]
+            if new:
+                bound = [self.dialect.bind_clock(p) for p in q.enqueue_params(new)]
+                await session.execute_many(q.enqueue, bound)
+        return [row.id for row in new]
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         """One workflow row, or ``None``."""
@@ -222,12 +252,42 @@ class SQLStore:
             )
 
     async def cancel_workflow(self, workflow_id: str) -> None:
-        """Cancel a pending or running workflow; its holder loses the lease."""
-        params = {"workflow": workflow_id}
-        if not await self._execute("cancel_workflow", self.statements.cancel, params):
+        """Cancel an unfinished workflow and its unfinished children; its holder loses the
+        lease, and a parent waiting on it wakes."""
+        q = self.statements
+        if not await self._ended(workflow_id, "cancel_workflow", q.cancel, {}):
             await self._refuse(
-                workflow_id, "cancel_workflow", "only pending or running workflows can be cancelled"
+                workflow_id,
+                "cancel_workflow",
+                "only pending, running or waiting workflows can be cancelled",
             )
+        children = await self._fetch("cancel_workflow", q.children, {"workflow": workflow_id})
+        for child in children:
+            with contextlib.suppress(InvalidStateError):  # it settled meanwhile
+                await self.cancel_workflow(child["id"])
+
+    async def _ended(
+        self, workflow_id: str, operation: str, statement: sa.Executable, params: Params
+    ) -> bool:
+        """Run ``statement``, which ends the workflow, and wake its parent if that waits on it.
+
+        The parent's row is locked first: a parent suspending on this child locks its
+        own row before it looks at the child, so one of the two sees the other.
+        """
+        q = self.statements
+        rows = await self._fetch(operation, q.parent, {"workflow": workflow_id})
+        parent = rows[0]["parent_id"] if rows else None
+        params = {"workflow": workflow_id, **params}
+        if parent is None:
+            return bool(await self._execute(operation, statement, params))
+        async with self._transaction(operation) as session:
+            await session.fetch(q.lock, {"workflow": parent})
+            if not await session.execute(statement, self.dialect.bind_clock(params)):
+                return False
+            waiting_for = f"{WaitKind.CHILD.value}:{workflow_id}"
+            wake = {"workflow": parent, "waiting_for": waiting_for}
+            await session.execute(q.wake, self.dialect.bind_clock(wake))
+        return True
 
     # -- execution side (every write fenced by the lease) ---------------------
 
@@ -314,22 +374,177 @@ class SQLStore:
         output: str | None = None,
         error: str | None = None,
         retry_delay_seconds: float = 0.0,
+        parent_id: str | None = None,
     ) -> None:
-        """End the attempt as ``status`` and release the lease."""
+        """End the attempt as ``status`` and release the lease; a final status wakes the
+        parent ``parent_id`` if it waits on this workflow."""
         await self.check_values(f"settle as {status.value}", output, error)
-        statement = self.statements.settle_final
-        outcome: dict[str, Any] = {"outcome": status.value}
+        q = self.statements
+        params: dict[str, Any] = {"token": lease.token, "output_json": output, "error_json": error}
         if status is WorkflowStatus.PENDING:
-            statement, outcome = (
-                self.statements.settle_retry,
-                {"delay_seconds": retry_delay_seconds},
+            params["delay_seconds"] = retry_delay_seconds
+            await self._fenced(lease, "settle", q.settle_retry, "settling as pending", **params)
+            return
+        params["outcome"] = status.value
+        if parent_id is None:
+            await self._fenced(
+                lease, "settle", q.settle_final, f"settling as {status.value}", **params
             )
+        elif not await self._ended(lease.workflow_id, "settle", q.settle_final, params):
+            raise errors.lease_lost(lease, f"settling as {status.value}")
+
+    # -- waiting --------------------------------------------------------------
+
+    async def record_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+    ) -> None:
+        """Record a step that completed at once (a durable primitive) in one write."""
+        await self.check_values(f"record_step {step_index}", input, output, step_name)
         await self._fenced(
             lease,
-            "settle",
-            statement,
-            f"settling as {status.value}",
-            output_json=output,
-            error_json=error,
-            **outcome,
+            "record_step",
+            self.statements.record_step,
+            f"recording step {step_index} ({step_name})",
+            **_step_params(step_index, step_name, input, output),
         )
+
+    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+        """Release the lease and leave the workflow ``waiting`` for ``wait``, with its step
+        recorded as waiting (``output`` holds the deadline). Returns ``False``, changing
+        nothing, when the wait is already over: a message is there, the child settled."""
+        q = self.statements
+        deadline = FOREVER if wait.deadline is None else wait.deadline
+        held = {"workflow": lease.workflow_id, "token": lease.token}
+        step = _step_params(wait.step_index, wait.step_name, wait.step_input, output)
+        over = {WaitKind.MESSAGE: q.next_message, WaitKind.CHILD: q.settled}.get(wait.kind)
+        check = {
+            WaitKind.MESSAGE: {"workflow": lease.workflow_id, "topic": wait.key},
+            WaitKind.CHILD: {"workflow": wait.key},
+        }.get(wait.kind, {})
+        try:
+            async with self._transaction("suspend") as session:
+                bind = self.dialect.bind_clock
+                suspended = {**held, "deadline": deadline, "waiting_for": wait.waiting_for}
+                # Our own row first (locked by these writes), then the condition: a sender
+                # or a settling child locks this row before it writes, so it either
+                # committed before the check or finds the row waiting and wakes it.
+                if not (
+                    await session.execute(q.wait_step, bind({**held, **step}))
+                    and await session.execute(q.suspend, bind(suspended))
+                ):
+                    raise errors.lease_lost(lease, f"suspending on {wait.waiting_for}")
+                if over is not None and await session.fetch(over, bind(check)):
+                    raise _StillRunning
+        except _StillRunning:
+            return False
+        return True
+
+    async def receive(
+        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+    ) -> str | None:
+        """Take the oldest message on ``topic`` and record it as the step's output, in one
+        transaction; ``None`` (nothing written) when there is none."""
+        q = self.statements
+        held = {"workflow": lease.workflow_id, "token": lease.token}
+        async with self._transaction("receive") as session:
+            bind = self.dialect.bind_clock
+            found = await session.fetch(
+                q.next_message, {"workflow": lease.workflow_id, "topic": topic}
+            )
+            if not found:
+                return None
+            payload: str = found[0]["payload"]
+            await session.execute(q.delete_message, {"seq": found[0]["seq"]})
+            step = _step_params(step_index, step_name, input, payload)
+            if not await session.execute(q.record_step, bind({**held, **step})):
+                raise errors.lease_lost(lease, f"receiving a message on {topic!r}")
+        return payload
+
+    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
+        """Put a message in ``workflow_id``'s inbox and wake it if it waits on ``topic``.
+
+        A second send with the same ``message_id`` does nothing.
+        """
+        await self.check_values(f"send to workflow {workflow_id}", payload, topic)
+        q = self.statements
+        async with self._transaction("send") as session:
+            bind = self.dialect.bind_clock
+            if not await session.fetch(q.lock, {"workflow": workflow_id}):
+                raise WorkflowNotFoundError(
+                    f"cannot send to workflow {workflow_id!r}: no such workflow in "
+                    f"{self._description}"
+                )
+            if await session.fetch(q.message_sent, {"message_id": message_id}):
+                return
+            message = {
+                "workflow": workflow_id,
+                "topic": topic,
+                "message_id": message_id,
+                "payload": payload,
+            }
+            await session.execute(q.send, bind(message))
+            waiting_for = f"{WaitKind.MESSAGE.value}:{topic}"
+            await session.execute(
+                q.wake, bind({"workflow": workflow_id, "waiting_for": waiting_for})
+            )
+
+    async def set_event(self, lease: Lease, key: str, value: str) -> None:
+        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
+        await self.check_values(f"set_event {key!r}", value, key)
+        await self._fenced(
+            lease,
+            "set_event",
+            self.statements.set_event,
+            f"setting event {key!r}",
+            key=key,
+            value=value,
+        )
+
+    async def get_event(self, workflow_id: str, key: str) -> str | None:
+        """The value a workflow published under ``key``, or ``None``."""
+        params = {"workflow": workflow_id, "key": key}
+        rows = await self._fetch("get_event", self.statements.get_event, params)
+        return rows[0]["value"] if rows else None
+
+
+def _step_params(index: int, name: str, input: str, output: str) -> Params:
+    return {"index": index, "step_name": name, "input": input, "output_json": output}
+
+
+def _unique(workflows: Sequence[NewWorkflow]) -> list[NewWorkflow]:
+    """``workflows`` with repeats of one id dropped (a repeat must be the same start)."""
+    seen: dict[str, NewWorkflow] = {}
+    for row in workflows:
+        first = seen.setdefault(row.id, row)
+        if first is not row:
+            _check_repeats(
+                [row],
+                [
+                    {
+                        "id": first.id,
+                        "name": first.name,
+                        "input": first.input,
+                        "parent_id": first.parent_id,
+                    }
+                ],
+            )
+    return list(seen.values())
+
+
+def _check_repeats(rows: Sequence[NewWorkflow], existing: Sequence[Row]) -> None:
+    """Raise unless each of ``rows`` whose id is in ``existing`` repeats that start exactly."""
+    found = {row["id"]: row for row in existing}
+    for row in rows:
+        old = found.get(row.id)
+        if old is None:
+            continue
+        if old["name"] != row.name:
+            raise WorkflowConflictError(
+                f"workflow id {row.id!r} is taken by workflow {old['name']}; "
+                f"cannot start {row.name} under it"
+            )
+        if old["input"] != row.input:
+            raise WorkflowConflictError(
+                f"workflow {row.name} {row.id!r} was started with arguments {old['input']}; "
+                f"cannot start it again with {row.input}"
+            )

@@ -22,7 +22,7 @@ async def durable_store(postgres_url: str) -> AsyncIterator[PostgresStore]:
     await store.apply_schema()
     conn = await asyncpg.connect(plain(postgres_url))
     try:
-        await conn.execute("TRUNCATE workflow_steps, workflows")
+        await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
     finally:
         await conn.close()
     yield store

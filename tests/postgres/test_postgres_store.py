@@ -24,6 +24,7 @@ from durable_core.errors import (
     SchemaMissingError,
     StoreError,
     StoreUnavailableError,
+    WorkflowConflictError,
     WorkflowNotFoundError,
 )
 from durable_core.records import (
@@ -70,7 +71,7 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
     await opened.apply_schema()
     conn = await asyncpg.connect(plain(postgres_url))
     try:
-        await conn.execute("TRUNCATE workflow_steps, workflows")
+        await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
     finally:
         await conn.close()
     try:
@@ -167,11 +168,15 @@ async def test_enqueue_and_get_round_trip(store: PostgresStore, db: asyncpg.Conn
 
 async def test_enqueue_batch_is_atomic(store: PostgresStore, db: asyncpg.Connection) -> None:
     rows = new(3)
-    clash = NewWorkflow(id=rows[0].id, name="tests.flow", input="[]", max_attempts=1)
+    too_wide = NewWorkflow(id="x" * 80, name="tests.flow", input="[]", max_attempts=1)
     with pytest.raises(StoreError, match="enqueue on PostgreSQL") as caught:
-        await store.enqueue([*rows, clash])
+        await store.enqueue([*rows, too_wide])
     assert not isinstance(caught.value, StoreUnavailableError)
-    assert isinstance(caught.value.__cause__, asyncpg.UniqueViolationError)
+    assert isinstance(caught.value.__cause__, asyncpg.StringDataRightTruncationError)
+    assert await db.fetchval("SELECT count(*) FROM workflows") == 0
+    clash = NewWorkflow(id=rows[0].id, name="tests.flow", input="[]", max_attempts=1)
+    with pytest.raises(WorkflowConflictError, match="cannot start it again"):
+        await store.enqueue([*rows, clash])
     assert await db.fetchval("SELECT count(*) FROM workflows") == 0
     await store.enqueue([])
     await store.enqueue(new(1000))
@@ -512,7 +517,7 @@ async def test_retry_and_cancel(store: PostgresStore, db: asyncpg.Connection) ->
     assert await db.fetchval("SELECT lock_token FROM workflows") is None
     with pytest.raises(LeaseLostError):
         await store.heartbeat(claimed.lease, 30)
-    with pytest.raises(InvalidStateError, match="is cancelled; only pending or running"):
+    with pytest.raises(InvalidStateError, match="is cancelled; only pending, running or waiting"):
         await store.cancel_workflow(row.id)
 
     await store.retry_workflow(row.id)
@@ -702,7 +707,8 @@ async def empty_database_url(postgres_url: str) -> str:
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(
-            "DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions"
+            "DROP TABLE IF EXISTS workflow_steps, workflow_messages, workflow_events, "
+            "workflows, durable_schema_versions"
         )
     finally:
         await conn.close()
@@ -786,6 +792,12 @@ async def test_claim_plan_is_index_driven_with_no_sort(
         "INSERT INTO workflows (id, name, status, input, max_attempts, run_at, created_at, "
         "updated_at) SELECT gen_random_uuid()::text, 'bulk', 'pending', '[]', 3, "
         "now() - g * interval '1 ms', now(), now() FROM generate_series(1, 50000) g"
+    )
+    # As many workflows waiting on deadlines still to come: their scan stays index-driven.
+    await db.execute(
+        "INSERT INTO workflows (id, name, status, input, max_attempts, run_at, created_at, "
+        "updated_at, waiting_for) SELECT gen_random_uuid()::text, 'bulk', 'waiting', '[]', 3, "
+        "now() + g * interval '1 s', now(), now(), 'sleep' FROM generate_series(1, 50000) g"
     )
     await db.execute("ANALYZE workflows")
     transaction = db.transaction()

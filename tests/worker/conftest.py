@@ -32,7 +32,9 @@ async def pg(postgres_url: str) -> AsyncIterator[PostgresStore]:
     conn = await asyncpg.connect(plain(postgres_url))
     try:
         await conn.execute(SIDE_TABLE_DDL)
-        await conn.execute("TRUNCATE workflow_steps, workflows, step_runs")
+        await conn.execute(
+            "TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows, step_runs"
+        )
     finally:
         await conn.close()
     try:

@@ -56,7 +56,8 @@ async def restartable() -> AsyncIterator[str]:
     conn = await asyncpg.connect(URL, timeout=30)
     try:
         await conn.execute(
-            "DROP TABLE IF EXISTS workflow_steps, workflows, durable_schema_versions, step_runs"
+            "DROP TABLE IF EXISTS workflow_steps, workflow_messages, workflow_events, "
+            "workflows, durable_schema_versions, step_runs"
         )
         await conn.execute(app.SIDE_TABLE_DDL)
     finally:

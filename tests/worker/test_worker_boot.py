@@ -83,7 +83,7 @@ async def test_tables_dropped_under_a_running_worker_stop_it_with_one_line(
             )
 
         await eventually(listening, timeout=30, what="the worker to listen")
-        await db.execute("DROP TABLE workflow_steps, workflows")
+        await db.execute("DROP TABLE workflow_steps, workflow_messages, workflow_events, workflows")
     finally:
         await db.close()
     assert proc.wait(timeout=60) == 2

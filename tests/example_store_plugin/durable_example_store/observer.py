@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from typing import Any
 
 from durable_core.hooks import hookimpl
@@ -159,6 +160,26 @@ def durable_workflow_failed(
         attempts=attempts,
         max_attempts=max_attempts,
         error_type=error.get("type"),
+    )
+
+
+@hookimpl
+def durable_workflow_waiting(
+    worker_id: str,
+    workflow_id: str,
+    attempts: int,
+    max_attempts: int,
+    waiting_for: str,
+    wake_at: datetime | None,
+) -> None:
+    _record(
+        "waiting",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        waiting_for=waiting_for,
+        wake_at=None if wake_at is None else wake_at.isoformat(),
     )
 
 

@@ -14,6 +14,7 @@ from durable_core.records import (
     Lease,
     NewWorkflow,
     StepRecord,
+    Wait,
     WorkflowRecord,
     WorkflowStatus,
 )
@@ -47,8 +48,8 @@ class ExampleStore:
     async def check_schema(self) -> None:
         await self._inner.check_schema()
 
-    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> None:
-        await self._inner.enqueue(workflows)
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
+        return await self._inner.enqueue(workflows)
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         return await self._inner.get_workflow(workflow_id)
@@ -98,7 +99,37 @@ class ExampleStore:
         output: str | None = None,
         error: str | None = None,
         retry_delay_seconds: float = 0.0,
+        parent_id: str | None = None,
     ) -> None:
         await self._inner.settle(
-            lease, status, output=output, error=error, retry_delay_seconds=retry_delay_seconds
+            lease,
+            status,
+            output=output,
+            error=error,
+            retry_delay_seconds=retry_delay_seconds,
+            parent_id=parent_id,
         )
+
+    # -- waiting (durable sleep, messages, events, children) ------------------
+
+    async def record_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+    ) -> None:
+        await self._inner.record_step(lease, step_index, step_name, input, output)
+
+    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+        return await self._inner.suspend(lease, wait, output)
+
+    async def receive(
+        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+    ) -> str | None:
+        return await self._inner.receive(lease, topic, step_index, step_name, input)
+
+    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
+        await self._inner.send(workflow_id, topic, payload, message_id)
+
+    async def set_event(self, lease: Lease, key: str, value: str) -> None:
+        await self._inner.set_event(lease, key, value)
+
+    async def get_event(self, workflow_id: str, key: str) -> str | None:
+        return await self._inner.get_event(workflow_id, key)
