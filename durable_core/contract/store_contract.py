@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -17,6 +18,7 @@ from ..errors import (
     FrameworkError,
     InvalidStateError,
     LeaseLostError,
+    WorkflowConflictError,
     WorkflowNotFoundError,
 )
 from ..records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
@@ -32,6 +34,7 @@ from .support import (
     snapshot,
     unique_name,
 )
+from .waiting_contract import WaitingContract
 
 _WRITES = (
     "start_step_new_index",
@@ -47,7 +50,7 @@ _WRITES = (
 _STALE_KINDS = ("reclaimed", "settled", "cancelled", "forged", "unknown_workflow")
 
 
-class StoreContract:
+class StoreContract(WaitingContract):
     """The store contract suite. Subclass it in a test module that has a ``durable_store``
     fixture (an opened store, schema applied, tables empty)::
 
@@ -154,12 +157,30 @@ class StoreContract:
         assert await durable_store.get_workflow(first.id) is None
         assert await durable_store.get_workflow(second.id) is None
 
-    async def test_enqueue_existing_id_fails_and_keeps_the_row(self, durable_store: Store) -> None:
+    async def test_enqueue_existing_id_with_other_input_conflicts_and_keeps_the_row(
+        self, durable_store: Store
+    ) -> None:
         row = new_workflow(input='{"args":["original"],"kwargs":{}}')
         await durable_store.enqueue([row])
-        with pytest.raises(FrameworkError):
-            await durable_store.enqueue([new_workflow(id=row.id, input='{"args":[],"kwargs":{}}')])
+        other = dataclasses.replace(row, input='{"args":[],"kwargs":{}}')
+        fresh = new_workflow()
+        with pytest.raises(WorkflowConflictError, match=row.id):
+            await durable_store.enqueue([fresh, other])
         assert (await self.record(durable_store, row.id)).input == row.input
+        assert await durable_store.get_workflow(fresh.id) is None, "a conflict writes nothing"
+        renamed = dataclasses.replace(row, name=unique_name("other"))
+        with pytest.raises(WorkflowConflictError, match="is taken by workflow"):
+            await durable_store.enqueue([renamed])
+
+    async def test_enqueue_repeated_start_is_a_no_op(self, durable_store: Store) -> None:
+        row = new_workflow(input='{"args":["once"],"kwargs":{}}')
+        assert list(await durable_store.enqueue([row])) == [row.id]
+        claimed = await durable_store.acquire(row.id, worker_id="w", lease_seconds=30)
+        assert claimed is not None
+        fresh = new_workflow()
+        assert list(await durable_store.enqueue([row, fresh, row])) == [fresh.id]
+        found = await self.record(durable_store, row.id)
+        assert (found.status, found.attempts) == (WorkflowStatus.RUNNING, 1), "left as it was"
 
     async def test_enqueue_delay_sets_run_at_with_subsecond_precision(
         self, durable_store: Store

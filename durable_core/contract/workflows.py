@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..client import start_workflows
 from ..registry import workflow
 from ..steps import workflow_step
+from ..waiting import recv, set_event, sleep
 
 CALLS: defaultdict[str, list[str]] = defaultdict(list)
 """Step bodies that ran, in order, per key (a replayed step adds nothing)."""
@@ -105,6 +107,48 @@ async def echo(key: str, value: object) -> object:
     result = await echo_value(key, value)
     await step_two(key, "echo")
     return result
+
+
+@workflow
+async def sleeper(key: str, seconds: float) -> str:
+    """A step, a durable sleep, a step."""
+    one = await step_one(key)
+    await sleep(seconds)
+    return await step_two(key, one)
+
+
+@workflow
+async def receiver(key: str, topic: str, timeout: float | None) -> object:
+    """Receives one message on ``topic`` (``None`` after ``timeout``), through a step."""
+    message = await recv(topic, timeout=timeout)
+    return await echo_value(key, message)
+
+
+@workflow
+async def doubled(key: str, n: int) -> int:
+    """A child: ``2 * n`` through a step."""
+    value = await echo_value(key, n * 2)
+    assert isinstance(value, int)
+    return value
+
+
+@workflow
+async def fan_out(key: str, n: int) -> int:
+    """Starts ``n`` children from its body and sums their outputs."""
+    children = await start_workflows(doubled, [(key, i) for i in range(n)])
+    total = 0
+    for child in children:
+        total += await child.output()
+    return total
+
+
+@workflow
+async def publisher(key: str) -> str:
+    """Publishes ``stage`` = 1, waits for a message, publishes ``stage`` = 2."""
+    await set_event("stage", 1)
+    message = await recv("go")
+    await set_event("stage", 2)
+    return str(message)
 
 
 def forget(key: str) -> None:
