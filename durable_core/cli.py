@@ -20,7 +20,7 @@ from .config import WorkflowConfig
 from .errors import ConfigurationError, FrameworkError
 from .failures import load_error
 from .hooks import plugin_manager
-from .records import WorkflowStatus
+from .records import WorkflowRecord, WorkflowStatus
 from .registry import default_registry
 from .schema import SCHEMA_VERSION
 from .store import EmbeddedDatabase, Store
@@ -168,10 +168,26 @@ async def _list(args: argparse.Namespace) -> int:
     print(f"{'id':36}  {'status':9}  {'attempts':8}  {'created':19}  name")
     for r in records:
         created = r.created_at.strftime("%Y-%m-%d %H:%M:%S")
+        waiting = f"  (waiting for {_waiting(r)})" if r.waiting_for else ""
         print(
-            f"{r.id:36}  {r.status.value:9}  {r.attempts}/{r.max_attempts:<6}  {created}  {r.name}"
+            f"{r.id:36}  {r.status.value:9}  {r.attempts}/{r.max_attempts:<6}  {created}  "
+            f"{r.name}{waiting}"
         )
     return 0
+
+
+def _waiting(record: WorkflowRecord) -> str:
+    """What a waiting workflow waits for, and until when."""
+    until = record.wake_at
+    deadline = f" until {until.strftime('%Y-%m-%d %H:%M:%S')} UTC" if until else ""
+    if record.waiting_for == "sleep":
+        return f"its sleep to end{deadline}"
+    kind, _, key = (record.waiting_for or "").partition(":")
+    if kind == "message":
+        return f"a message on topic {key!r}{deadline}" if key else f"a message{deadline}"
+    if kind == "child":
+        return f"child workflow {key} to settle{deadline}"
+    return f"{record.waiting_for}{deadline}"
 
 
 def _record_json(record: Any) -> dict[str, Any]:
@@ -184,6 +200,9 @@ def _record_json(record: Any) -> dict[str, Any]:
         "created_at": record.created_at.isoformat(),
         "run_at": record.run_at.isoformat(),
         "completed_at": record.completed_at.isoformat() if record.completed_at else None,
+        "parent_id": record.parent_id,
+        "waiting_for": record.waiting_for,
+        "wake_at": record.wake_at.isoformat() if record.wake_at else None,
         "input": record.input,
         "output": record.output,
         "error": load_error(record.error),
@@ -215,6 +234,10 @@ async def _show(args: argparse.Namespace) -> int:
         return 0
     print(f"workflow  {record.id}\nname      {record.name}\nstatus    {record.status.value}")
     print(f"attempts  {record.attempts}/{record.max_attempts}\ninput     {record.input}")
+    if record.waiting_for:
+        print(f"waiting   for {_waiting(record)}")
+    if record.parent_id:
+        print(f"parent    {record.parent_id}")
     if record.output is not None:
         print(f"output    {record.output}")
     error = load_error(record.error)

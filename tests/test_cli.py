@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
+
+import durable_core
 
 from durable_core import DurableClient, WorkflowStatus, workflow, workflow_step
 from durable_core.schema import SCHEMA_VERSION
@@ -134,3 +137,38 @@ def test_alembic_writes_the_revision_once(tmp_path: Path) -> None:
     assert written.stdout.count("wrote ") == len(list(versions.glob("*.py"))) == SCHEMA_VERSION
     twice = durable("alembic", "--versions-dir", str(versions))
     assert twice.returncode == 2 and "already exist" in twice.stderr
+
+
+@workflow
+async def waits_for_payment(order: str) -> str:
+    await greet(order)
+    await durable_core.sleep(timedelta(hours=2))
+    payment = await durable_core.recv("payment", timeout=timedelta(days=1))
+    return f"{order}: {payment}"
+
+
+async def test_list_and_show_say_what_a_waiting_workflow_waits_for(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(waits_for_payment, "o-1")
+    runner = WorkflowRunner(sqlite_store)
+    assert await runner.run_once(handle) is WorkflowStatus.WAITING
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    listed = durable("list", "--database-url", url, "--status", "waiting")
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line for line in listed.stdout.splitlines() if handle.id in line]
+    assert "waiting" in row and "(waiting for its sleep to end until 20" in row
+    runner.clock.advance(timedelta(hours=2))
+    assert await runner.run_once(handle) is WorkflowStatus.WAITING
+    shown = durable("show", "--database-url", url, handle.id)
+    assert shown.returncode == 0, shown.stderr
+    deadline = (await handle.info()).wake_at
+    assert deadline is not None
+    assert (
+        f"waiting   for a message on topic 'payment' until "
+        f"{deadline.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+    ) in shown.stdout
+    assert "waiting    runs=1  durable.recv" in shown.stdout
+    as_json = json.loads(durable("show", "--json", "--database-url", url, handle.id).stdout)
+    assert as_json["waiting_for"] == "message:payment"
+    assert as_json["wake_at"] == deadline.isoformat()
