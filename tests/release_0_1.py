@@ -99,14 +99,20 @@ def rows(name: str, step_names: tuple[str, str, str]) -> dict[str, list[dict[str
     }
 
 
-async def create(url: str | sa.URL, data: dict[str, list[dict[str, Any]]]) -> None:
-    """Make the release-0.1 tables at ``url`` (which must have none) and insert ``data``."""
+async def create(
+    url: str | sa.URL, data: dict[str, list[dict[str, Any]]], version: int = 1
+) -> None:
+    """Make the release-0.1 tables at ``url`` (which must have none) and insert ``data``;
+    then, with ``version`` above 1, upgrade them as that later release did."""
     engine = create_async_engine(url)
     try:
         async with engine.begin() as conn:
             await conn.run_sync(migrations.upgrade, 1)
             await conn.execute(WORKFLOWS.insert(), data["workflows"])
             await conn.execute(STEPS.insert(), data["workflow_steps"])
+        if version > 1:
+            async with engine.begin() as conn:
+                await conn.run_sync(migrations.upgrade, version)
     finally:
         await engine.dispose()
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from durable_core import WorkflowStatus, open_store, workflow, workflow_step
+import durable_core
+from durable_core import DurableClient, WorkflowStatus, open_store, workflow, workflow_step
 from durable_core.errors import SchemaOutdatedError
 from durable_core.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
@@ -66,11 +68,19 @@ def migrate(url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def upgrade_and_drain(url: str, async_url: str, effects: Callable[[str], int]) -> None:
-    await release_0_1.create(async_url, DATA)
+@workflow
+async def naps_after_upgrade(n: int) -> int:
+    await durable_core.sleep(timedelta(days=1))
+    return await add_one(n)
+
+
+async def upgrade_and_drain(
+    url: str, async_url: str, effects: Callable[[str], int], made_at: int = 1
+) -> None:
+    await release_0_1.create(async_url, DATA, made_at)
     store = await open_store(url)
     try:
-        with pytest.raises(SchemaOutdatedError, match=r"version 1.*durable migrate"):
+        with pytest.raises(SchemaOutdatedError, match=rf"version {made_at}.*durable migrate"):
             await store.check_schema()
     finally:
         await store.close()
@@ -95,12 +105,17 @@ async def upgrade_and_drain(url: str, async_url: str, effects: Callable[[str], i
             before = next(r for r in DATA["workflows"] if r["id"] == workflow_id)
             record = await store.get_workflow(workflow_id)
             assert record is not None and record.status.value == before["status"]
+        # The upgraded tables hold what this release adds: a workflow that waits.
+        napping = await DurableClient(store).start_workflow(naps_after_upgrade, 1)
+        assert await runner.run_once(napping) is WorkflowStatus.WAITING
+        assert await runner.run_until_complete(napping) is WorkflowStatus.SUCCEEDED
     finally:
         await store.close()
     # The retried workflow's first step came from its release-0.1 cache.
     assert effects("add_one:4") == 0
     assert (effects("double:5"), effects("minus_three:10")) == (1, 1)
     assert (effects("add_one:5"), effects("double:6"), effects("minus_three:12")) == (1, 1, 1)
+    assert effects("add_one:1") == 1
     engine = create_async_engine(async_url)
     try:
         async with engine.connect() as conn:
@@ -123,3 +138,11 @@ async def test_a_release_0_1_mariadb_database_is_upgraded_in_place(
     url = await empty_mysql_database("durable_upgrade_test")
     async_url = url.replace("mysql://", "mysql+aiomysql://", 1)
     await upgrade_and_drain(url, async_url, effects)
+
+
+async def test_a_version_2_sqlite_database_is_upgraded_in_place(
+    tmp_path: Path, effects: Callable[[str], int]
+) -> None:
+    """The release before this one made schema version 2."""
+    path = tmp_path / "v2.db"
+    await upgrade_and_drain(f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}", effects, 2)
