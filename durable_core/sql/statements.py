@@ -86,6 +86,7 @@ def take_lease(dialect: SQLDialect, token: sa.ColumnElement[Any]) -> dict[str, A
         "locked_by": param("worker"),
         "lock_token": token,
         "locked_until": dialect.after("lease_seconds"),
+        "waiting_for": sa.null(),
         "updated_at": dialect.now(),
     }
 
@@ -155,7 +156,12 @@ class Statements:
         self.cancel = (
             wf.update()
             .where(wf.c.id == param("workflow"), status_in(CANCELLABLE))
-            .values(status=const(WorkflowStatus.CANCELLED.value), completed_at=now, **release(d))
+            .values(
+                status=const(WorkflowStatus.CANCELLED.value),
+                completed_at=now,
+                waiting_for=sa.null(),
+                **release(d),
+            )
         )
 
         self.acquire_due = self._acquire(sa.or_(due(d), woken(d), expired(d)))

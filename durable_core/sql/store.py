@@ -19,7 +19,7 @@ from typing import Any, Self
 import sqlalchemy as sa
 
 from .. import migrations
-from ..errors import InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
+from ..errors import FrameworkError, InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
 from ..records import (
     FOREVER,
     ClaimedWorkflow,
@@ -146,8 +146,13 @@ class SQLStore:
         connector = self._require_open()
         try:
             yield connector
+        except FrameworkError:
+            raise  # already says what went wrong
         except Exception as exc:
-            raise self._failed(operation, exc) from exc
+            failed = self._failed(operation, exc)
+            if failed is exc:
+                raise
+            raise failed from exc
 
     async def _fetch(
         self, operation: str, statement: sa.Executable, params: Params
@@ -189,14 +194,11 @@ class SQLStore:
             await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
         q = self.statements
         if q.enqueue_returns_ids:
-            [single] = q.enqueue_params(batch)
-            [result] = await self._fetch("enqueue", q.enqueue, single)
-            inserted = set(result["ids"] or ())
-            skipped = [row for row in batch if row.id not in inserted]
-            if skipped:
-                ids = {"ids": [row.id for row in skipped]}
-                _check_repeats(skipped, await self._fetch("enqueue", q.existing, ids))
-            return [row.id for row in batch if row.id in inserted]
+            [params] = q.enqueue_params(batch)
+            if len(batch) == 1:  # nothing else to roll back on a conflict: one statement
+                return await self._insert_new(self.connector, batch, params)
+            async with self._transaction("enqueue") as session:
+                return await self._insert_new(session, batch, params)
         async with self._transaction("enqueue") as session:
             existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
             _check_repeats(batch, existing)
@@ -206,6 +208,20 @@ class SQLStore:
                 bound = [self.dialect.bind_clock(p) for p in q.enqueue_params(new)]
                 await session.execute_many(q.enqueue, bound)
         return [row.id for row in new]
+
+    async def _insert_new(
+        self, session: Session, batch: Sequence[NewWorkflow], params: Params
+    ) -> list[str]:
+        """Run the one-statement enqueue; check the rows it skipped repeat their starts."""
+        q = self.statements
+        with self._translated("enqueue"):
+            [result] = await session.fetch(q.enqueue, params)
+            inserted = set(result["ids"] or ())
+            skipped = [row for row in batch if row.id not in inserted]
+            if skipped:
+                existing = await session.fetch(q.existing, {"ids": [row.id for row in skipped]})
+                _check_repeats(skipped, existing)
+        return [row.id for row in batch if row.id in inserted]
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
         """One workflow row, or ``None``."""
@@ -267,7 +283,12 @@ class SQLStore:
                 await self.cancel_workflow(child["id"])
 
     async def _ended(
-        self, workflow_id: str, operation: str, statement: sa.Executable, params: Params
+        self,
+        workflow_id: str,
+        operation: str,
+        statement: sa.Executable,
+        params: Params,
+        parent: str | None = None,
     ) -> bool:
         """Run ``statement``, which ends the workflow, and wake its parent if that waits on it.
 
@@ -275,8 +296,9 @@ class SQLStore:
         own row before it looks at the child, so one of the two sees the other.
         """
         q = self.statements
-        rows = await self._fetch(operation, q.parent, {"workflow": workflow_id})
-        parent = rows[0]["parent_id"] if rows else None
+        if parent is None:
+            rows = await self._fetch(operation, q.parent, {"workflow": workflow_id})
+            parent = rows[0]["parent_id"] if rows else None
         params = {"workflow": workflow_id, **params}
         if parent is None:
             return bool(await self._execute(operation, statement, params))
@@ -390,7 +412,7 @@ class SQLStore:
             await self._fenced(
                 lease, "settle", q.settle_final, f"settling as {status.value}", **params
             )
-        elif not await self._ended(lease.workflow_id, "settle", q.settle_final, params):
+        elif not await self._ended(lease.workflow_id, "settle", q.settle_final, params, parent_id):
             raise errors.lease_lost(lease, f"settling as {status.value}")
 
     # -- waiting --------------------------------------------------------------
