@@ -224,8 +224,13 @@ class Statements:
         self.record_step = self._put_step(
             const(StepStatus.SUCCEEDED.value), output=param("output_json"), completed_at=now
         )
+        # Written just before the workflow row is updated in the same transaction: the
+        # row is locked for update at once, never upgraded from a shared lock.
         self.wait_step = self._put_step(
-            const(StepStatus.WAITING.value), output=param("output_json"), completed_at=sa.null()
+            const(StepStatus.WAITING.value),
+            output=param("output_json"),
+            completed_at=sa.null(),
+            exclusive=True,
         )
         self.complete_step = self._finish_step(
             status=const(StepStatus.SUCCEEDED.value), output=param("output_json"), error=sa.null()
@@ -341,6 +346,7 @@ class Statements:
         *,
         output: sa.ColumnElement[Any],
         completed_at: sa.ColumnElement[Any],
+        exclusive: bool = False,
     ) -> sa.Executable:
         """Insert or reset the step row ``index`` as ``status``, fenced by the lease."""
         d = self.dialect
@@ -359,7 +365,7 @@ class Statements:
                 completed_at,
             )
             .where(holds())
-            .with_for_update(read=True)
+            .with_for_update(read=not exclusive)
         )
         columns = ["workflow_id", "step_index", "step_name", "status", "input", "output"]
         insert = d.insert(st).from_select(
