@@ -84,6 +84,7 @@ class PostgresStatements(Statements):
     def __init__(self, dialect: PostgresDialect | None = None) -> None:
         super().__init__(dialect or PostgresDialect())
         self.claim = self._claim()
+        self.next_due = self._next_due()
 
     def inline_steps(self, workflow_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         """The cached steps of ``workflow_id`` as one JSON array of arrays (NULL when none)."""
@@ -145,6 +146,20 @@ class PostgresStatements(Statements):
         return sa.select(wf.c.id, wf.c.name, wf.c.input, wf.c.parent_id).where(
             wf.c.id == sa.func.any(ids)
         )
+
+    def _next_due(self) -> sa.Executable:
+        """Seconds until the next pending or waiting workflow falls due (NULL: none
+        scheduled): one index probe per status."""
+
+        def first(status: str) -> sa.ScalarSelect[Any]:
+            return (
+                sa.select(sa.func.min(wf.c.run_at))
+                .where(wf.c.status == const(status), wf.c.run_at > sa.func.now())
+                .scalar_subquery()
+            )
+
+        soonest = sa.func.least(first("pending"), first("waiting"))
+        return sa.select(sa.func.extract("epoch", soonest - sa.func.now()).label("seconds"))
 
     def _claim(self) -> sa.Executable:
         # Expired leases first, then due pending rows, then waiting rows whose deadline

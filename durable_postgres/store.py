@@ -16,7 +16,7 @@ import anyio
 import asyncpg
 import sqlalchemy as sa
 
-from durable_core.errors import InvalidDatabaseURLError
+from durable_core.errors import InvalidDatabaseURLError, StoreError
 from durable_core.records import ClaimedWorkflow
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
@@ -39,6 +39,7 @@ _POOL_ONLY_OPTIONS = frozenset(
 )
 _DEFAULT_SERVER_SETTINGS = {"application_name": "durable", "jit": "off"}
 _CLAIM_LISTEN_TIMEOUT = 5.0
+_MIN_WAIT = 0.005
 
 __all__ = ["CHANNEL", "PostgresStore", "normalize_url"]
 
@@ -188,13 +189,26 @@ class PostgresStore(SQLStore):
             listener.caught_up()
         return [claimed_from_row(row, worker_id, steps=True) for row in rows]
 
+    async def _until_next_due(self, timeout: float) -> float:
+        """``timeout``, shortened to when the next sleep ends or delayed start falls due."""
+        try:
+            [row] = await self._fetch("wait_for_work", self.statements.next_due, {})
+        except StoreError:
+            return timeout  # the claim loop reports an unreachable database
+        seconds = row["seconds"]
+        if seconds is None:
+            return timeout
+        return min(timeout, max(float(seconds), _MIN_WAIT))
+
     async def wait_for_work(self, timeout: float) -> None:
-        """Return on a ``NOTIFY`` since the last claim or wait, or after ``timeout`` seconds.
+        """Return on a ``NOTIFY`` since the last claim or wait, when the next scheduled
+        workflow (a sleep's end, a retry, a delayed start) falls due, or after ``timeout``.
 
         A lost ``LISTEN`` connection is never an error here: the wait then simply
         lasts its timeout while the connection is re-opened with backoff.
         """
         self._require_open()
+        timeout = await self._until_next_due(timeout)
         if self._listener is not None:
             await self._listener.wait(timeout)
             return

@@ -7,7 +7,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -31,6 +31,8 @@ from durable_core.records import (
     ClaimedWorkflow,
     NewWorkflow,
     StepStatus,
+    Wait,
+    WaitKind,
     WorkflowStatus,
 )
 from durable_core.store import Claimer, Store
@@ -653,6 +655,29 @@ async def test_listen_off_polls_only(
         assert len(await polling.claim(worker_id="w", limit=1, lease_seconds=30)) == 1
     with pytest.raises(InvalidDatabaseURLError, match="durable_listen"):
         PostgresStore(f"{postgres_url}{separator}durable_listen=maybe")
+
+
+async def test_wait_for_work_ends_when_the_next_sleep_or_delayed_start_falls_due(
+    store: PostgresStore,
+) -> None:
+    [sleeper] = new(1)
+    await store.enqueue([sleeper])
+    claimed = await store.acquire(sleeper.id, worker_id="w", lease_seconds=30)
+    assert claimed is not None
+    deadline = datetime.now(UTC) + timedelta(seconds=0.4)
+    wait = Wait(WaitKind.SLEEP, "", deadline, 0, "durable.sleep", "[]")
+    assert await store.suspend(claimed.lease, wait, "null")
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    started = time.monotonic()
+    await store.wait_for_work(10)
+    assert 0.3 < time.monotonic() - started < 1.5, "woken by the sleep's end, not the timeout"
+    [woken] = await store.claim(worker_id="w", limit=5, lease_seconds=30)
+    assert woken.id == sleeper.id
+    await store.enqueue(new(1, delay=0.4))
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    started = time.monotonic()
+    await store.wait_for_work(10)
+    assert 0.3 < time.monotonic() - started < 1.5, "woken when the delayed start is due"
 
 
 async def test_wait_for_work_without_a_server_sleeps_instead_of_raising() -> None:
