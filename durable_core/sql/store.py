@@ -21,12 +21,10 @@ import sqlalchemy as sa
 from .. import migrations
 from ..errors import FrameworkError, InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
 from ..records import (
-    FOREVER,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
     StepRecord,
-    Wait,
     WaitKind,
     WorkflowRecord,
     WorkflowStatus,
@@ -37,13 +35,10 @@ from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
 from .rows import claimed_from_row, record_from_row, step_from_row
 from .statements import Statements, wf
+from .waiting import WaitingOperations
 
 
-class _StillRunning(Exception):
-    """Rolls a suspension back: the wait was over before it began."""
-
-
-class SQLStore:
+class SQLStore(WaitingOperations):
     """A store over any SQL database, given its dialect and a connector.
 
     It does not claim work for a worker: a store that can (PostgreSQL) adds the
@@ -414,123 +409,6 @@ class SQLStore:
             )
         elif not await self._ended(lease.workflow_id, "settle", q.settle_final, params, parent_id):
             raise errors.lease_lost(lease, f"settling as {status.value}")
-
-    # -- waiting --------------------------------------------------------------
-
-    async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
-    ) -> None:
-        """Record a step that completed at once (a durable primitive) in one write."""
-        await self.check_values(f"record_step {step_index}", input, output, step_name)
-        await self._fenced(
-            lease,
-            "record_step",
-            self.statements.record_step,
-            f"recording step {step_index} ({step_name})",
-            **_step_params(step_index, step_name, input, output),
-        )
-
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        """Release the lease and leave the workflow ``waiting`` for ``wait``, with its step
-        recorded as waiting (``output`` holds the deadline). Returns ``False``, changing
-        nothing, when the wait is already over: a message is there, the child settled."""
-        q = self.statements
-        deadline = FOREVER if wait.deadline is None else wait.deadline
-        held = {"workflow": lease.workflow_id, "token": lease.token}
-        step = _step_params(wait.step_index, wait.step_name, wait.step_input, output)
-        over = {WaitKind.MESSAGE: q.next_message, WaitKind.CHILD: q.settled}.get(wait.kind)
-        check = {
-            WaitKind.MESSAGE: {"workflow": lease.workflow_id, "topic": wait.key},
-            WaitKind.CHILD: {"workflow": wait.key},
-        }.get(wait.kind, {})
-        try:
-            async with self._transaction("suspend") as session:
-                bind = self.dialect.bind_clock
-                suspended = {**held, "deadline": deadline, "waiting_for": wait.waiting_for}
-                # Our own row first (locked by these writes), then the condition: a sender
-                # or a settling child locks this row before it writes, so it either
-                # committed before the check or finds the row waiting and wakes it.
-                if not (
-                    await session.execute(q.wait_step, bind({**held, **step}))
-                    and await session.execute(q.suspend, bind(suspended))
-                ):
-                    raise errors.lease_lost(lease, f"suspending on {wait.waiting_for}")
-                if over is not None and await session.fetch(over, bind(check)):
-                    raise _StillRunning
-        except _StillRunning:
-            return False
-        return True
-
-    async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
-    ) -> str | None:
-        """Take the oldest message on ``topic`` and record it as the step's output, in one
-        transaction; ``None`` (nothing written) when there is none."""
-        q = self.statements
-        held = {"workflow": lease.workflow_id, "token": lease.token}
-        async with self._transaction("receive") as session:
-            bind = self.dialect.bind_clock
-            found = await session.fetch(
-                q.next_message, {"workflow": lease.workflow_id, "topic": topic}
-            )
-            if not found:
-                return None
-            payload: str = found[0]["payload"]
-            await session.execute(q.delete_message, {"seq": found[0]["seq"]})
-            step = _step_params(step_index, step_name, input, payload)
-            if not await session.execute(q.record_step, bind({**held, **step})):
-                raise errors.lease_lost(lease, f"receiving a message on {topic!r}")
-        return payload
-
-    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
-        """Put a message in ``workflow_id``'s inbox and wake it if it waits on ``topic``.
-
-        A second send with the same ``message_id`` does nothing.
-        """
-        await self.check_values(f"send to workflow {workflow_id}", payload, topic)
-        q = self.statements
-        async with self._transaction("send") as session:
-            bind = self.dialect.bind_clock
-            if not await session.fetch(q.lock, {"workflow": workflow_id}):
-                raise WorkflowNotFoundError(
-                    f"cannot send to workflow {workflow_id!r}: no such workflow in "
-                    f"{self._description}"
-                )
-            if await session.fetch(q.message_sent, {"message_id": message_id}):
-                return
-            message = {
-                "workflow": workflow_id,
-                "topic": topic,
-                "message_id": message_id,
-                "payload": payload,
-            }
-            await session.execute(q.send, bind(message))
-            waiting_for = f"{WaitKind.MESSAGE.value}:{topic}"
-            await session.execute(
-                q.wake, bind({"workflow": workflow_id, "waiting_for": waiting_for})
-            )
-
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
-        await self.check_values(f"set_event {key!r}", value, key)
-        await self._fenced(
-            lease,
-            "set_event",
-            self.statements.set_event,
-            f"setting event {key!r}",
-            key=key,
-            value=value,
-        )
-
-    async def get_event(self, workflow_id: str, key: str) -> str | None:
-        """The value a workflow published under ``key``, or ``None``."""
-        params = {"workflow": workflow_id, "key": key}
-        rows = await self._fetch("get_event", self.statements.get_event, params)
-        return rows[0]["value"] if rows else None
-
-
-def _step_params(index: int, name: str, input: str, output: str) -> Params:
-    return {"index": index, "step_name": name, "input": input, "output_json": output}
 
 
 def _unique(workflows: Sequence[NewWorkflow]) -> list[NewWorkflow]:
