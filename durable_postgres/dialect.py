@@ -162,9 +162,9 @@ class PostgresStatements(Statements):
         return sa.select(sa.func.extract("epoch", soonest - sa.func.now()).label("seconds"))
 
     def _claim(self) -> sa.Executable:
-        # Expired leases first, then due pending rows, then waiting rows whose deadline
-        # passed: ordered, limited, locked index scans (no OR, no sort), so the cost
-        # grows neither with the backlog nor with the number of waiting workflows.
+        # Expired leases first, then due pending rows and waiting rows whose deadline
+        # passed: ordered, limited, locked index scans (no OR), so the cost grows
+        # neither with the backlog nor with the number of waiting workflows.
         d = self.dialect
         limit = param("limit", sa.Integer())
 
@@ -178,12 +178,27 @@ class PostgresStatements(Statements):
                 .subquery(name)
             )
 
+        def scan_at(runnable: sa.ColumnElement[bool], name: str) -> Any:
+            return (
+                sa.select(wf.c.id, wf.c.run_at)
+                .where(runnable)
+                .order_by(wf.c.run_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+                .subquery(name)
+            )
+
         stale = scan(expired(d), wf.c.locked_until, "expired")
-        ready = scan(due(d), wf.c.run_at, "due")
-        awake = scan(woken(d), wf.c.run_at, "woken")
-        candidates = sa.union_all(
-            sa.select(stale.c.id), sa.select(ready.c.id), sa.select(awake.c.id)
-        ).subquery("candidates")
+        # Due pending rows and waiting rows whose deadline passed, merged in run_at order
+        # (a sort of at most 2 * limit rows): a sleep that ended is not starved by newer work.
+        ready, awake = scan_at(due(d), "due"), scan_at(woken(d), "woken")
+        timely = sa.union_all(
+            sa.select(ready.c.id, ready.c.run_at), sa.select(awake.c.id, awake.c.run_at)
+        ).subquery("timely")
+        in_order = sa.select(timely.c.id).order_by(timely.c.run_at).limit(limit).subquery("next")
+        candidates = sa.union_all(sa.select(stale.c.id), sa.select(in_order.c.id)).subquery(
+            "candidates"
+        )
         picked = sa.select(candidates.c.id).limit(limit).cte("picked").prefix_with("MATERIALIZED")
         token = sa.cast(sa.func.gen_random_uuid(), sa.String)
         claimed = (

@@ -680,6 +680,20 @@ async def test_wait_for_work_ends_when_the_next_sleep_or_delayed_start_falls_due
     assert 0.3 < time.monotonic() - started < 1.5, "woken when the delayed start is due"
 
 
+async def test_a_sleep_that_ended_is_claimed_before_newer_work(store: PostgresStore) -> None:
+    [sleeper] = new(1)
+    await store.enqueue([sleeper])
+    claimed = await store.acquire(sleeper.id, worker_id="w", lease_seconds=30)
+    assert claimed is not None
+    deadline = datetime.now(UTC) + timedelta(seconds=0.1)
+    wait = Wait(WaitKind.SLEEP, "", deadline, 0, "durable.sleep", "[]")
+    assert await store.suspend(claimed.lease, wait, "null")
+    await anyio.sleep(0.2)
+    await store.enqueue(new(20))  # due now, after the sleep ended
+    first = await store.claim(worker_id="w", limit=5, lease_seconds=30)
+    assert first[0].id == sleeper.id, "the oldest due work goes first"
+
+
 async def test_wait_for_work_without_a_server_sleeps_instead_of_raising() -> None:
     async with PostgresStore("postgresql://postgres@127.0.0.1:1/x", min_size=0) as store:
         started = time.monotonic()
@@ -810,7 +824,7 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-async def test_claim_plan_is_index_driven_with_no_sort(
+async def test_claim_plan_is_index_driven_and_sorts_only_its_candidates(
     store: PostgresStore, db: asyncpg.Connection
 ) -> None:
     await db.execute(
@@ -835,7 +849,8 @@ async def test_claim_plan_is_index_driven_with_no_sort(
         await transaction.rollback()
     nodes = plan_nodes(json.loads(raw)[0]["Plan"])
     types = [node["Node Type"] for node in nodes]
-    assert "Sort" not in types
+    # The one sort merges the due and the woken scans: at most 2 * limit rows.
+    assert [node["Actual Rows"] <= 16 for node in nodes if node["Node Type"] == "Sort"] == [True]
     assert "Seq Scan" not in types
     indexes = {node.get("Index Name") for node in nodes if node["Node Type"] == "Index Scan"}
     assert {"ix_workflows_status_run_at", "ix_workflows_status_locked_until"} <= indexes
