@@ -11,7 +11,6 @@ from pathlib import Path
 import sqlalchemy as sa
 
 import durable_core
-
 from durable_core import DurableClient, WorkflowStatus, workflow, workflow_step
 from durable_core.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
