@@ -51,6 +51,7 @@ from .handle import WorkflowHandle
 from .hooks import hookimpl, register_observer, unregister_observer
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
+from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
 from .steps import Step, workflow_step
 from .store import Claimer, Store
 from .waiting import recv, send, set_event, sleep, sleep_until
@@ -69,9 +70,11 @@ __all__ = [
     "InvalidDatabaseURLError",
     "InvalidStateError",
     "LeaseLostError",
+    "NonRetryableError",
     "NotAWorkflowError",
     "Registry",
     "RegistrationError",
+    "RetryPolicy",
     "SchemaMissingError",
     "SchemaOutdatedError",
     "SerializationError",
@@ -79,6 +82,7 @@ __all__ = [
     "StepInputMismatchError",
     "StepNameMismatchError",
     "StepStatus",
+    "StepTimeoutError",
     "Store",
     "StoreError",
     "StoreUnavailableError",

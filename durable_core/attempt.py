@@ -22,6 +22,7 @@ from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from .failures import dump_error, error_record
 from .hooks import observers
 from .records import ClaimedWorkflow, StepRecord, StepStatus, Wait, WorkflowStatus
+from .retry import RetryPolicy
 from .store import Store
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ class Attempt:
         self.lease_lost = False
         self.suspended: Wait | None = None
         """What the attempt suspended on, once it has."""
+        self.policy: RetryPolicy | None = None
+        """The workflow's retry policy (``None``: linear backoff, the configured budget)."""
+        self.gave_up = False
+        """A step's retry policy gave up: the workflow fails with no further attempt."""
         self.body_scope = anyio.CancelScope()
         self._next_index = 0
 
@@ -109,8 +114,13 @@ class Attempt:
         await self.persist(lambda: self.store.fail_step(self.lease, index, error))
         observers().durable_step_failed(error=exc, **self._step_fields(index, name))
 
+    def give_up(self) -> None:
+        """A step's retry policy will not retry its failure: nor will the workflow's."""
+        self.gave_up = True
+
     async def step_succeeded(self, index: int, name: str, input_json: str, output: str) -> None:
         """Record a step's output; a later replay in this attempt returns it from the cache."""
+        self.failed_step = None  # a step retried to success is no longer the one that failed
         await self.persist(lambda: self.store.complete_step(self.lease, index, output))
         self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
         observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
@@ -223,14 +233,23 @@ class Attempt:
     async def fail(self, exc: BaseException, *, retryable: bool | None = None) -> WorkflowStatus:
         """Settle a failed attempt: pending again after the backoff while the budget lasts
         (and the error can be retried), else failed."""
-        claimed = self.claimed
+        claimed, policy = self.claimed, self.policy
         if retryable is None:
-            retryable = not isinstance(exc, FrameworkError) or exc.retryable
+            if self.gave_up:
+                retryable = False
+            elif policy is not None:
+                retryable = policy.retries(exc)
+            else:
+                retryable = not isinstance(exc, FrameworkError) or exc.retryable
         index, name = self.failed_step or (None, None)
         record = error_record(exc, step_index=index, step_name=name)
         error = dump_error(record)
         if retryable and claimed.attempts < claimed.max_attempts:
-            delay = self.config.retry_delay(claimed.attempts)
+            delay = (
+                policy.delay(claimed.attempts)
+                if policy is not None
+                else self.config.retry_delay(claimed.attempts)
+            )
             await self.persist(
                 lambda: self.store.settle(
                     self.lease, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay

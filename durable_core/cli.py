@@ -187,6 +187,8 @@ def _waiting(record: WorkflowRecord) -> str:
         return f"a message on topic {key!r}{deadline}" if key else f"a message{deadline}"
     if kind == "child":
         return f"child workflow {key} to settle{deadline}"
+    if kind == "retry":
+        return f"the next try of step {key}{deadline}"
     return f"{record.waiting_for}{deadline}"
 
 

@@ -92,6 +92,7 @@ class Executor:
         except FrameworkError as exc:
             return await attempt.fail(exc, retryable=False)
 
+        attempt.policy = definition.retry
         await attempt.load_history()
         ctx = WorkflowContext(
             workflow_id=claimed.id,

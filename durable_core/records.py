@@ -43,6 +43,8 @@ class WaitKind(enum.StrEnum):
     SLEEP = "sleep"
     MESSAGE = "message"
     CHILD = "child"
+    RETRY = "retry"
+    """A step's next try, due later than a worker should hold a slot for."""
 
 
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
@@ -53,7 +55,8 @@ FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 class Wait:
     """Why and until when a workflow suspends, and the step that records it.
 
-    ``key`` is the topic (``MESSAGE``) or the child's id (``CHILD``); the store
+    ``key`` is the topic (``MESSAGE``), the child's id (``CHILD``) or the step's name
+    (``RETRY``); the store
     suspends only if that wait is not already over (a message is there, the child
     has settled), checked under the workflow's row lock.
     """
@@ -67,7 +70,8 @@ class Wait:
 
     @property
     def waiting_for(self) -> str:
-        """The ``waiting_for`` column: ``sleep``, ``message:<topic>`` or ``child:<id>``."""
+        """The ``waiting_for`` column: ``sleep``, ``message:<topic>``, ``child:<id>`` or
+        ``retry:<step>``."""
         return self.kind.value if self.kind is WaitKind.SLEEP else f"{self.kind.value}:{self.key}"
 
 

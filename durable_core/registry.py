@@ -12,6 +12,7 @@ from .errors import (
     RegistrationError,
     UnknownWorkflowError,
 )
+from .retry import RetryPolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -22,11 +23,17 @@ class Workflow(Generic[P, R]):
     :func:`~durable_core.client.start_workflow` enqueues it for a worker."""
 
     def __init__(
-        self, fn: Callable[P, Awaitable[R]], *, name: str, max_attempts: int | None
+        self,
+        fn: Callable[P, Awaitable[R]],
+        *,
+        name: str,
+        max_attempts: int | None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
-        self.max_attempts = max_attempts
+        self.retry = retry
+        self.max_attempts = retry.max_attempts if retry is not None else max_attempts
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
         self.__qualname__ = getattr(fn, "__qualname__", name)
@@ -123,7 +130,11 @@ def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, max_attempts: int | None = None, registry: Registry | None = None
+    *,
+    name: str | None = None,
+    max_attempts: int | None = None,
+    retry: RetryPolicy | None = None,
+    registry: Registry | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -133,6 +144,7 @@ def workflow(
     *,
     name: str | None = None,
     max_attempts: int | None = None,
+    retry: RetryPolicy | None = None,
     registry: Registry | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare an ``async def`` as a durable workflow.
@@ -140,6 +152,8 @@ def workflow(
     It registers under ``module.qualname`` unless ``name`` is given.
     ``max_attempts`` fixes its attempt budget; otherwise each row gets the
     starting client's ``max_attempts`` or ``WORKFLOW_MAX_ATTEMPTS`` when it is started.
+    ``retry`` replaces both the budget (its ``max_attempts``) and the linear backoff
+    between attempts, and says which errors are retried at all.
     """
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
@@ -149,7 +163,14 @@ def workflow(
             )
         if max_attempts is not None and max_attempts < 1:
             raise RegistrationError(f"max_attempts must be at least 1, got {max_attempts}")
-        definition = Workflow(func, name=name or qualified_name(func), max_attempts=max_attempts)
+        if retry is not None and (max_attempts is not None or not isinstance(retry, RetryPolicy)):
+            raise RegistrationError(
+                f"retry must be a RetryPolicy, given without max_attempts (it has its own), "
+                f"got retry={retry!r}, max_attempts={max_attempts!r}"
+            )
+        definition = Workflow(
+            func, name=name or qualified_name(func), max_attempts=max_attempts, retry=retry
+        )
         (registry or default_registry).add(definition)
         return definition
 

@@ -219,7 +219,7 @@ class Statements:
         )
 
         self.start_step = self._put_step(
-            const(StepStatus.RUNNING.value), output=sa.null(), completed_at=sa.null()
+            const(StepStatus.RUNNING.value), output=sa.null(), completed_at=sa.null(), tries=True
         )
         self.record_step = self._put_step(
             const(StepStatus.SUCCEEDED.value), output=param("output_json"), completed_at=now
@@ -231,6 +231,7 @@ class Statements:
             output=param("output_json"),
             completed_at=sa.null(),
             exclusive=True,
+            error=st.c.error,  # a step waiting out a retry keeps its last error
         )
         self.complete_step = self._finish_step(
             status=const(StepStatus.SUCCEEDED.value), output=param("output_json"), error=sa.null()
@@ -347,8 +348,13 @@ class Statements:
         output: sa.ColumnElement[Any],
         completed_at: sa.ColumnElement[Any],
         exclusive: bool = False,
+        tries: bool = False,
+        error: sa.ColumnElement[Any] | None = None,
     ) -> sa.Executable:
-        """Insert or reset the step row ``index`` as ``status``, fenced by the lease."""
+        """Insert or reset the step row ``index`` as ``status``, fenced by the lease.
+
+        ``tries`` counts one more try of the step on an existing row.
+        """
         d = self.dialect
         # The workflow row is read FOR SHARE: a concurrent reclaim (FOR UPDATE) either
         # committed first, and the token no longer matches, or waits for this write.
@@ -379,8 +385,8 @@ class Statements:
                 "status": new("status"),
                 "input": new("input"),
                 "output": new("output"),
-                "error": sa.null(),
-                "attempts": st.c.attempts + const(1),
+                "error": sa.null() if error is None else error,
+                "attempts": st.c.attempts + const(1) if tries else st.c.attempts,
                 "started_at": new("started_at"),
                 "completed_at": new("completed_at"),
             },
