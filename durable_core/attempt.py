@@ -68,6 +68,8 @@ class Attempt:
         """What the attempt suspended on, once it has."""
         self.policy: RetryPolicy | None = None
         """The workflow's retry policy (``None``: linear backoff, the configured budget)."""
+        self.cancelled = False
+        """The workflow was cancelled while this attempt ran it."""
         self.gave_up = False
         """A step's retry policy gave up: the workflow fails with no further attempt."""
         self.body_scope = anyio.CancelScope()
@@ -283,6 +285,21 @@ class Attempt:
         )
         observers().durable_workflow_failed(error=record, **self.fields)
         return WorkflowStatus.FAILED
+
+    def cancel(self) -> None:
+        """Stop the body at once: the workflow was cancelled."""
+        self.cancelled = True
+        self.body_scope.cancel()
+
+    def was_cancelled(self) -> WorkflowStatus:
+        """The attempt ended because the workflow was cancelled (by a user, not a crash)."""
+        logger.info(
+            "workflow %s cancelled; its body was stopped",
+            self.claimed.name,
+            extra={**self.fields, "outcome": "cancelled"},
+        )
+        observers().durable_workflow_cancelled(**self.fields)
+        return WorkflowStatus.CANCELLED
 
     def lost(self) -> None:
         """The lease was taken from under this attempt; its new owner settles the workflow."""

@@ -257,6 +257,10 @@ class DurableClient:
         payload = encode(message, what=f"message to workflow {workflow_id}")
         await self.store.send(workflow_id, topic, payload, idempotency_key or str(uuid.uuid4()))
 
+    async def cancel(self, workflow_id: str) -> None:
+        """Cancel a workflow and its unfinished children (see :meth:`WorkflowHandle.cancel`)."""
+        await self.store.cancel_workflow(workflow_id)
+
     def handle(self, workflow_id: str) -> WorkflowHandle[Any]:
         """A handle to an existing workflow."""
         return WorkflowHandle(self.store, workflow_id)

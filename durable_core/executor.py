@@ -45,6 +45,13 @@ class Executor:
         self.registry = registry or default_registry
         self.clock = clock
         self._keeper: LeaseKeeper | None = None
+        self._running: dict[str, Attempt] = {}
+
+    def cancel(self, workflow_id: str) -> None:
+        """Stop the body of ``workflow_id`` at once if this executor runs it (it was cancelled)."""
+        attempt = self._running.get(workflow_id)
+        if attempt is not None:
+            attempt.cancel()
 
     async def keep_leases(self) -> None:
         """Renew the lease of every attempt this executor runs, from this one task, until
@@ -67,14 +74,30 @@ class Executor:
         """
         attempt = Attempt(self.store, self.config, claimed, self.clock)
         attempt.claimed_event(claimed.name)
+        self._running[claimed.id] = attempt
         try:
             return await self._run(attempt)
         except LeaseLostError:
+            if attempt.suspended is not None:
+                return attempt.waiting()  # a write after the suspension (a `finally:`)
+            if attempt.cancelled or await self._cancelled(claimed.id):
+                return attempt.was_cancelled()
             attempt.lost()
             return None
         except Exception as exc:
             attempt.unsettled(exc)
             raise
+        finally:
+            if self._running.get(claimed.id) is attempt:
+                del self._running[claimed.id]
+
+    async def _cancelled(self, workflow_id: str) -> bool:
+        """Whether the lease was lost because the workflow was cancelled."""
+        try:
+            record = await self.store.get_workflow(workflow_id)
+        except FrameworkError:
+            return False
+        return record is not None and record.status is WorkflowStatus.CANCELLED
 
     async def _run(self, attempt: Attempt) -> WorkflowStatus:
         claimed = attempt.claimed
@@ -114,10 +137,12 @@ class Executor:
                 finally:
                     own.cancel_scope.cancel()
 
-        if attempt.lease_lost or isinstance(failure, LeaseLostError):
-            raise LeaseLostError(f"lease lost on workflow {claimed.id}")
         if attempt.suspended is not None:
             return attempt.waiting()
+        if attempt.cancelled:
+            raise LeaseLostError(f"workflow {claimed.id} was cancelled")
+        if attempt.lease_lost or isinstance(failure, LeaseLostError):
+            raise LeaseLostError(f"lease lost on workflow {claimed.id}")
         if failure is None:
             try:
                 output = encode(result, what=f"output of workflow {claimed.name}")

@@ -12,6 +12,7 @@ import anyio
 
 from .errors import (
     ConfigurationError,
+    InvalidStateError,
     WaitTimeoutError,
     WorkflowFailedError,
     WorkflowNotFinishedError,
@@ -144,6 +145,12 @@ class WorkflowHandle(Generic[R]):
         async def over(index: int) -> str | None:
             record = await self.info()
             if not record.status.is_terminal:
+                if record.parent_id != ctx.workflow_id:
+                    raise InvalidStateError(
+                        f"workflow {ctx.workflow_id} cannot wait in its body for workflow "
+                        f"{self.id}, which is not its child (only a child's end wakes its "
+                        "parent): start it from the body, or poll it from a step"
+                    )
                 return None
             output = json.dumps([record.status.value, record.output, record.error])
             await ctx.run.record(index, name, input_json, output)
@@ -201,19 +208,28 @@ class WorkflowHandle(Generic[R]):
             return cast(R, value)
         return convert(value, type_)
 
+    async def cancel(self) -> None:
+        """Cancel the workflow and its unfinished children. A running body stops at once
+        (on PostgreSQL; elsewhere at its next write), its interrupted step ends
+        ``cancelled``; a waiting or pending one simply never runs again."""
+        await self.store.cancel_workflow(self.id)
+
     async def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The value the workflow published under ``key`` with ``set_event``, waiting up to
         ``timeout`` for it to appear; ``None`` if it has not by then."""
         timeout_seconds = _seconds(timeout, "timeout")
-        with anyio.move_on_after(timeout_seconds):
-            while True:
-                text = await self.store.get_event(self.id, key)
-                if text is not None:
-                    return decode(text, what=f"event {key!r} of workflow {self.id}")
-                if timeout_seconds == 0:
-                    return None
-                await anyio.sleep(EVENT_POLL_SECONDS)
-        return None
+        deadline = None if timeout_seconds is None else anyio.current_time() + timeout_seconds
+        while True:
+            # Each look runs to its end (a cancelled query could break the connection).
+            text = await self.store.get_event(self.id, key)
+            if text is not None:
+                return decode(text, what=f"event {key!r} of workflow {self.id}")
+            if deadline is not None and anyio.current_time() >= deadline:
+                return None
+            pause = EVENT_POLL_SECONDS
+            if deadline is not None:
+                pause = min(pause, deadline - anyio.current_time())
+            await anyio.sleep(max(pause, 0.0))
 
     async def error(self) -> dict[str, Any] | None:
         """The recorded error (type, message, traceback, step) of the last failed attempt."""

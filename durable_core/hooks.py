@@ -140,6 +140,12 @@ class ObserverSpec:
         (``sleep``, ``message:<topic>``, ``child:<id>``) happens or ``wake_at`` passes."""
 
     @hookspec
+    def durable_workflow_cancelled(
+        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
+    ) -> None:
+        """A running workflow was cancelled: its body was stopped and it will not run again."""
+
+    @hookspec
     def durable_lease_lost(
         self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
     ) -> None:

@@ -35,6 +35,8 @@ class StepStatus(enum.StrEnum):
     """A durable wait (sleep, receive, child) not over yet; its output holds the deadline."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+    """The workflow was cancelled while this step ran."""
 
 
 class WaitKind(enum.StrEnum):
@@ -46,6 +48,9 @@ class WaitKind(enum.StrEnum):
     RETRY = "retry"
     """A step's next try, due later than a worker should hold a slot for."""
 
+
+MAX_TOPIC = 200
+"""The longest message topic (it is kept in ``waiting_for``, 255 characters wide)."""
 
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 """The ``run_at`` of a workflow waiting with no deadline."""

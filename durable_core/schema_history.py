@@ -137,7 +137,10 @@ def _v3() -> list[ops.MigrateOperation]:
         ),
         _index("ix_workflow_messages_inbox", "workflow_messages", "workflow_id", "topic", "seq"),
         ops.CreateIndexOp(
-            "ux_workflow_messages_message_id", "workflow_messages", ["message_id"], unique=True
+            "ux_workflow_messages_message_id",
+            "workflow_messages",
+            ["workflow_id", "message_id"],
+            unique=True,
         ),
         _table(
             "workflow_events",

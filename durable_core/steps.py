@@ -54,22 +54,23 @@ class Step(Generic[P, R]):
 
     async def _run_body(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.timeout is None:
-            return await self._call(False, *args, **kwargs)
+            return await self._call(*args, **kwargs)
         try:
             with anyio.fail_after(self.timeout):
-                return await self._call(True, *args, **kwargs)
+                return await self._call(*args, **kwargs)
         except TimeoutError:
             raise StepTimeoutError(
                 f"step {self.name!r} ran longer than its timeout of {self.timeout}s"
             ) from None
 
-    async def _call(self, abandon: bool, *args: P.args, **kwargs: P.kwargs) -> R:
+    async def _call(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.is_async:
             # String casts: subscripting typing.Callable at run time costs ~1 us a call.
             return await cast("Callable[P, Awaitable[R]]", self.fn)(*args, **kwargs)
         call = functools.partial(cast("Callable[P, R]", self.fn), *args, **kwargs)
-        # A thread cannot be interrupted: on a timeout it is left to finish on its own.
-        return await anyio.to_thread.run_sync(call, abandon_on_cancel=abandon)
+        # A thread cannot be interrupted: on a timeout or a cancel it is left to finish on
+        # its own, and its result is ignored.
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         ctx = WorkflowContext.current()

@@ -14,7 +14,7 @@ refuses it with :class:`~durable_core.errors.ClaimNotSupportedError` at boot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from .records import (
@@ -200,6 +200,17 @@ class Claimer(Protocol):
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return when new work may be available, or after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class CancelFeed(Protocol):
+    """A claimer that hears cancels as they happen, so a worker stops a cancelled body at once
+    (without it, the worker finds out at the body's next write or lease renewal)."""
+
+    def on_cancel(self, handler: Callable[[str], None]) -> bool:
+        """Call ``handler(workflow_id)`` whenever a workflow is cancelled; False if this
+        instance cannot (then nothing is called)."""
         ...
 
 

@@ -19,7 +19,7 @@ from .client import DurableClient, current_store
 from .context import WorkflowContext
 from .errors import ConfigurationError, FrameworkError
 from .journal import body_context, derived_id, nothing, once, wait
-from .records import WaitKind
+from .records import MAX_TOPIC, WaitKind
 from .serialization import decode, encode
 
 
@@ -74,6 +74,8 @@ async def recv(topic: str = "", timeout: float | timedelta | None = None) -> Any
     ctx = body_context("recv()")
     if ctx is None:
         raise FrameworkError("recv() works only in a workflow body, run by a worker or runner")
+    if len(topic) > MAX_TOPIC:
+        raise ConfigurationError(f"a topic is at most {MAX_TOPIC} characters, got {len(topic)}")
     until = None if timeout is None else _duration(timeout, "recv timeout")
     name, input_json = "durable.recv", json.dumps([topic])
 

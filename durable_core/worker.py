@@ -23,7 +23,7 @@ from .executor import Executor
 from .hooks import observers
 from .records import ClaimedWorkflow
 from .registry import Registry, default_registry
-from .store import Claimer, Store
+from .store import CancelFeed, Claimer, Store
 
 logger = logging.getLogger("durable_core.worker")
 
@@ -97,6 +97,8 @@ class WorkflowWorker:
         """
         self.registry.assert_no_duplicates()
         claimer = self._claimer()
+        if isinstance(claimer, CancelFeed):
+            claimer.on_cancel(self.executor.cancel)
         await self.store.check_schema()
         try:
             await self._run(claimer, handle_signals)

@@ -39,6 +39,8 @@ from durable_core.sql.statements import (
 
 CHANNEL = "durable_workflows"
 """The ``NOTIFY`` channel that enqueueing signals and idle workers listen on."""
+CANCEL_CHANNEL = "durable_cancel"
+"""The ``NOTIFY`` channel a cancel announces its workflow's id on, for the worker running it."""
 
 
 class PostgresDialect(SQLDialect):
@@ -70,6 +72,9 @@ class PostgresDialect(SQLDialect):
 
     def wake_workers(self, statement: sa.Update | Insert) -> sa.Executable:
         return statement.returning(self.notify())
+
+    def announce_cancel(self, statement: sa.Update) -> sa.Executable:
+        return statement.returning(sa.func.pg_notify(const(CANCEL_CHANNEL), wf.c.id))
 
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:

@@ -50,6 +50,14 @@ class Listener:
         self._missed = False
         self._wakeup: anyio.Event | None = None
         self._closed = False
+        self._handlers: dict[str, Callable[[str], None]] = {}
+
+    def add_handler(self, channel: str, handler: Callable[[str], None]) -> None:
+        """Also listen on ``channel``, calling ``handler(payload)`` for each notification.
+
+        Takes effect when the connection is next opened: add handlers before listening.
+        """
+        self._handlers[channel] = handler
 
     def listening(self) -> bool:
         """Whether the ``LISTEN`` connection is open now."""
@@ -113,6 +121,8 @@ class Listener:
             try:
                 conn = await self._connect(timeout)
                 await conn.add_listener(self._channel, self._on_notify)
+                for channel in self._handlers:
+                    await conn.add_listener(channel, self._on_handled)
             except Exception as exc:
                 if conn is not None:
                     conn.terminate()
@@ -137,6 +147,14 @@ class Listener:
         self._notified = True
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def _on_handled(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
+        handler = self._handlers.get(channel)
+        if handler is not None:
+            try:
+                handler(str(payload))
+            except Exception:
+                logger.exception("handling a notification on %s failed", channel)
 
     def _on_closed(self, conn: object) -> None:
         if conn is self._conn:

@@ -9,6 +9,7 @@ Enqueueing sends ``NOTIFY durable_workflows`` in the same statement, and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -22,7 +23,7 @@ from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
 
 from .connector import AsyncpgConnector
-from .dialect import CHANNEL, PostgresDialect, PostgresStatements
+from .dialect import CANCEL_CHANNEL, CHANNEL, PostgresDialect, PostgresStatements
 from .listener import Listener
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -188,6 +189,14 @@ class PostgresStore(SQLStore):
         if listener is not None and listening:
             listener.caught_up()
         return [claimed_from_row(row, worker_id, steps=True) for row in rows]
+
+    def on_cancel(self, handler: Callable[[str], None]) -> bool:
+        """Call ``handler(workflow_id)`` as soon as any process cancels a workflow, from
+        the ``LISTEN`` connection the claim opens. False when this store does not listen."""
+        if self._listener is None:
+            return False
+        self._listener.add_handler(CANCEL_CHANNEL, handler)
+        return True
 
     async def _until_next_due(self, timeout: float) -> float:
         """``timeout``, shortened to when the next sleep ends or delayed start falls due."""

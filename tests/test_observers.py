@@ -18,6 +18,7 @@ import anyio
 import asyncpg
 import pytest
 
+import durable_core
 from durable_core import (
     DurableClient,
     WorkflowConfig,
@@ -32,6 +33,7 @@ from durable_core import (
 from durable_core.contract import workflows as wfs
 from durable_core.contract.support import unique_name
 from durable_core.hooks import ObserverSpec, plugin_manager
+from durable_core.schema import workflows
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_core.worker import WorkflowWorker
@@ -54,6 +56,33 @@ async def cancel_myself() -> str:
 @workflow
 async def self_cancelling() -> str:
     return await cancel_myself()
+
+
+@workflow_step
+async def steal_my_lease() -> str:
+    """Give the running workflow's lease to another worker, as a reclaim after expiry would."""
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    claimed = await ctx.store.acquire(
+        ctx.workflow_id, worker_id="thief", lease_seconds=30, due_only=False
+    )
+    assert claimed is None, "a held lease cannot be taken while it lasts"
+    engine = ctx.store.engine  # type: ignore[attr-defined]
+    async with engine.begin() as conn:
+        await conn.execute(
+            workflows.update().where(workflows.c.id == ctx.workflow_id).values(lock_token="other")
+        )
+    return "stolen"
+
+
+@workflow
+async def robbed() -> str:
+    return await steal_my_lease()
+
+
+@workflow
+async def naps() -> None:
+    await durable_core.sleep(60)
 
 
 class Recorder:
@@ -205,6 +234,38 @@ class Recorder:
             attempts=attempts,
             max_attempts=max_attempts,
             error=error,
+        )
+
+    @hookimpl
+    def durable_workflow_waiting(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        waiting_for: str,
+        wake_at: Any,
+    ) -> None:
+        self._add(
+            "workflow_waiting",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            waiting_for=waiting_for,
+            wake_at=wake_at,
+        )
+
+    @hookimpl
+    def durable_workflow_cancelled(
+        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
+    ) -> None:
+        self._add(
+            "workflow_cancelled",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
         )
 
     @hookimpl
@@ -424,10 +485,36 @@ async def test_a_workflow_that_runs_out_of_attempts_fires_workflow_failed(
     assert final["error"]["step_index"] == 1
 
 
-async def test_losing_the_lease_fires_lease_lost(sqlite_store: Store, recorder: Recorder) -> None:
+async def test_being_cancelled_fires_cancelled_not_lease_lost(
+    sqlite_store: Store, recorder: Recorder
+) -> None:
     handle = await DurableClient(sqlite_store).start_workflow(self_cancelling)
     runner = WorkflowRunner(sqlite_store, worker_id="obs-4")
     assert await runner.run_once(handle) is WorkflowStatus.CANCELLED
+    events = recorder.for_workflow(handle.id)
+    assert [e["event"] for e in events] == [
+        "workflow_enqueued",
+        "workflow_claimed",
+        "step_started",
+        "workflow_cancelled",
+    ]
+
+
+async def test_waiting_fires_waiting_with_what_and_until_when(
+    sqlite_store: Store, recorder: Recorder
+) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(naps)
+    runner = WorkflowRunner(sqlite_store, worker_id="obs-5")
+    assert await runner.run_once(handle) is WorkflowStatus.WAITING
+    [event] = [e for e in recorder.for_workflow(handle.id) if e["event"] == "workflow_waiting"]
+    assert event["waiting_for"] == "sleep"
+    assert event["wake_at"] == (await handle.info()).wake_at
+
+
+async def test_losing_the_lease_fires_lease_lost(sqlite_store: Store, recorder: Recorder) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(robbed)
+    runner = WorkflowRunner(sqlite_store, worker_id="obs-4")
+    assert await runner.run_once(handle) is WorkflowStatus.RUNNING
     events = recorder.for_workflow(handle.id)
     assert [e["event"] for e in events] == [
         "workflow_enqueued",

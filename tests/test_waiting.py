@@ -252,3 +252,58 @@ async def test_concurrent_starts_with_one_id_leave_one_row(store: Store) -> None
             group.start_soon(start)
     assert results == ["same-id"] * 20
     assert len(await store.list_workflows(name=order.name, limit=50)) == 1
+
+
+@workflow(max_attempts=1)
+async def waits_on_a_stranger(other: str) -> str:
+    return str(await durable_core.get_handle(other).output())
+
+
+@workflow
+async def publishes_and_waits() -> None:
+    await durable_core.set_event("ready", True)
+    await durable_core.recv("never")
+
+
+async def test_a_body_cannot_wait_on_a_workflow_it_did_not_start(store: Store) -> None:
+    client = DurableClient(store)
+    stranger = await client.start_workflow(publishes_and_waits)
+    handle = await client.start_workflow(waits_on_a_stranger, stranger.id)
+    assert await runner(store).run_once(handle) is WorkflowStatus.FAILED
+    error = await handle.error()
+    assert error is not None and "which is not its child" in error["message"]
+    assert await runner(store).run_once(stranger) is WorkflowStatus.WAITING
+    assert await stranger.get_event("ready", timeout=0) is True, "timeout 0 looks once"
+
+
+async def test_an_idempotency_key_counts_per_receiving_workflow(store: Store) -> None:
+    client = DurableClient(store)
+    first = await client.start_workflow(receives, "k1")
+    second = await client.start_workflow(receives, "k2")
+    for target in (first, second, first):
+        await client.send(target.id, target.id, topic="t", idempotency_key="same-key")
+    run = runner(store)
+    assert [await run.run_until_complete(h) for h in (first, second)] == [
+        WorkflowStatus.SUCCEEDED
+    ] * 2
+    assert [await h.output() for h in (first, second)] == [first.id, second.id]
+    with pytest.raises(ConfigurationError, match="at most 64 characters"):
+        await client.send(first.id, 1, idempotency_key="k" * 65)
+
+
+@workflow
+async def cleans_up_around_a_wait(key: str) -> str:
+    try:
+        return str(await durable_core.recv("t"))
+    finally:
+        await count(key)
+
+
+async def test_a_finally_around_a_wait_runs_and_the_workflow_still_waits(store: Store) -> None:
+    handle = await DurableClient(store).start_workflow(cleans_up_around_a_wait, "cleanup")
+    run = runner(store)
+    assert await run.run_once(handle) is WorkflowStatus.WAITING
+    assert (await handle.info()).waiting_for == "message:t"
+    await DurableClient(store).send(handle.id, "hi", topic="t")
+    assert await run.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == "hi"

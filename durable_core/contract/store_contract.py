@@ -551,15 +551,18 @@ class StoreContract(WaitingContract):
     async def test_cancel_a_running_workflow_revokes_its_lease(self, durable_store: Store) -> None:
         claimed = await self.acquired(durable_store)
         await durable_store.start_step(claimed.lease, 0, "s", '"in"')
+        await durable_store.complete_step(claimed.lease, 0, '"done"')
+        await durable_store.start_step(claimed.lease, 1, "s", '"in"')
         await durable_store.cancel_workflow(claimed.id)
         with pytest.raises(LeaseLostError):
-            await durable_store.complete_step(claimed.lease, 0, '"late"')
+            await durable_store.complete_step(claimed.lease, 1, '"late"')
         with pytest.raises(LeaseLostError):
             await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output='"late"')
         got = await self.record(durable_store, claimed.id)
         assert (got.status, got.output, got.locked_by) == (WorkflowStatus.CANCELLED, None, None)
-        (step,) = await durable_store.load_steps(claimed.id)
-        assert (step.status, step.output) == (StepStatus.RUNNING, None)
+        done, interrupted = await durable_store.load_steps(claimed.id)
+        assert (done.status, done.output) == (StepStatus.SUCCEEDED, '"done"')
+        assert (interrupted.status, interrupted.output) == (StepStatus.CANCELLED, None)
 
     async def test_cancel_refuses_finished_workflows(self, durable_store: Store) -> None:
         succeeded = await self.acquired(durable_store)

@@ -102,6 +102,12 @@ class SQLDialect:
         """``statement``, made to wake idle workers when it commits (where the database can)."""
         return statement
 
+    def announce_cancel(self, statement: sa.Update) -> sa.Executable:
+        """``statement``, which cancels workflows, made to tell the workers running them to
+        stop at once when it commits (where the database can; else they find out at
+        their next write)."""
+        return statement
+
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         """Held while the schema is upgraded, so two processes never upgrade at once."""

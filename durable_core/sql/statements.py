@@ -153,7 +153,7 @@ class Statements:
                 completed_at=sa.null(),
             )
         )
-        self.cancel = (
+        self.cancel = d.announce_cancel(
             wf.update()
             .where(wf.c.id == param("workflow"), status_in(CANCELLABLE))
             .values(
@@ -162,6 +162,14 @@ class Statements:
                 waiting_for=sa.null(),
                 **release(d),
             )
+        )
+        self.cancel_steps = (
+            st.update()
+            .where(
+                st.c.workflow_id == param("workflow"),
+                st.c.status.in_([const(StepStatus.RUNNING.value), const(StepStatus.WAITING.value)]),
+            )
+            .values(status=const(StepStatus.CANCELLED.value), completed_at=now)
         )
 
         self.acquire_due = self._acquire(sa.or_(due(d), woken(d), expired(d)))
@@ -205,7 +213,9 @@ class Statements:
             .with_for_update()
         )
         self.delete_message = msg.delete().where(msg.c.seq == param("seq", sa.BigInteger()))
-        self.message_sent = sa.select(msg.c.seq).where(msg.c.message_id == param("message_id"))
+        self.message_sent = sa.select(msg.c.seq).where(
+            msg.c.workflow_id == param("workflow"), msg.c.message_id == param("message_id")
+        )
         self.send = msg.insert().values(
             workflow_id=param("workflow"),
             topic=param("topic"),

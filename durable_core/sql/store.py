@@ -272,6 +272,7 @@ class SQLStore(WaitingOperations):
                 "cancel_workflow",
                 "only pending, running or waiting workflows can be cancelled",
             )
+        await self._execute("cancel_workflow", q.cancel_steps, {"workflow": workflow_id})
         children = await self._fetch("cancel_workflow", q.children, {"workflow": workflow_id})
         for child in children:
             with contextlib.suppress(InvalidStateError):  # it settled meanwhile

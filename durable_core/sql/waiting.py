@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from ..errors import WorkflowNotFoundError
-from ..records import FOREVER, Lease, Wait, WaitKind
+from ..errors import ConfigurationError, WorkflowNotFoundError
+from ..records import FOREVER, MAX_TOPIC, Lease, Wait, WaitKind
 from . import errors
 from .connector import Params, Row, Session
 from .dialect import SQLDialect
@@ -124,6 +124,12 @@ class WaitingOperations:
         A second send with the same ``message_id`` does nothing.
         """
         await self.check_values(f"send to workflow {workflow_id}", payload, topic)
+        for what, value, most in (("idempotency key", message_id, 64), ("topic", topic, MAX_TOPIC)):
+            if len(value) > most:
+                raise ConfigurationError(
+                    f"a message's {what} is at most {most} characters, got {len(value)}: "
+                    f"{value[:80]!r}"
+                )
         q = self.statements
         async with self._transaction("send") as session:
             bind = self.dialect.bind_clock
@@ -132,7 +138,8 @@ class WaitingOperations:
                     f"cannot send to workflow {workflow_id!r}: no such workflow in "
                     f"{self._description}"
                 )
-            if await session.fetch(q.message_sent, {"message_id": message_id}):
+            sent = {"workflow": workflow_id, "message_id": message_id}
+            if await session.fetch(q.message_sent, sent):
                 return
             message = {
                 "workflow": workflow_id,

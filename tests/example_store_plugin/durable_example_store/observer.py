@@ -184,6 +184,19 @@ def durable_workflow_waiting(
 
 
 @hookimpl
+def durable_workflow_cancelled(
+    worker_id: str, workflow_id: str, attempts: int, max_attempts: int
+) -> None:
+    _record(
+        "cancelled",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+    )
+
+
+@hookimpl
 def durable_lease_lost(worker_id: str, workflow_id: str, attempts: int, max_attempts: int) -> None:
     _record(
         "lease_lost",

@@ -1,0 +1,275 @@
+"""Every ```python block of README.md runs as written.
+
+Each block runs in a fresh interpreter, in an empty temporary directory, with
+the repository root on ``PYTHONPATH`` and no ``DURABLE_*``/``WORKFLOW_*``
+variable set, so it must be complete: its own imports, workflows and store.
+
+- A block whose first line is a comment naming a Python file
+  (``# my_store/store.py``) is that file. Every such block is written into the
+  directory of every block, so one block may import another (the contract
+  suite's block imports ``my_store.store``).
+- A block naming a ``test_*.py`` file is a pytest module: it runs under
+  pytest, with the arguments of a ``<!-- pytest-args: ... -->`` comment on the
+  line before the block, if there is one.
+- A block that calls ``open_store()`` with no URL reads ``DURABLE_DATABASE_URL``:
+  it gets a fresh PostgreSQL database beside the test database
+  (``DURABLE_TEST_POSTGRES_URL``), dropped afterwards.
+- A ``<!-- not-run: reason -->`` comment on the line before a block excludes
+  it; it shows as skipped, with its reason. Keep these rare: a fragment that
+  is not Python (a pyproject entry) takes another language tag instead.
+
+The blocks run in parallel, each with a timeout, so a block that hangs fails
+instead of stopping the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_database
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+TIMEOUT_SECONDS = 60
+
+FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
+DIRECTIVE = re.compile(r"^<!--\s*(not-run|pytest-args):(.*?)-->\s*$")
+FILE_HEADER = re.compile(r"^#\s*([\w./-]+\.py)\s*$")
+UNSCOPED_ENV = ("DURABLE_", "WORKFLOW_", "PYTEST_")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of the README."""
+
+    line: int
+    """The line of its opening fence (1-based)."""
+    language: str
+    code: str
+    directive: tuple[str, str] | None = None
+    """``(name, value)`` of the HTML comment on the line before it."""
+
+    @property
+    def path(self) -> str | None:
+        """The file the block says it is, from a ``# path.py`` first line."""
+        first = self.code.split("\n", 1)[0]
+        match = FILE_HEADER.match(first)
+        return match.group(1) if match else None
+
+    @property
+    def not_run(self) -> str | None:
+        return self.directive[1] if self.directive and self.directive[0] == "not-run" else None
+
+    @property
+    def pytest_args(self) -> list[str]:
+        if self.directive and self.directive[0] == "pytest-args":
+            return shlex.split(self.directive[1])
+        return []
+
+    @property
+    def is_pytest_module(self) -> bool:
+        return self.path is not None and Path(self.path).name.startswith("test_")
+
+    @property
+    def needs_database_url(self) -> bool:
+        return "open_store()" in self.code
+
+    @property
+    def test_id(self) -> str:
+        return f"L{self.line}" + (f"-{self.path}" if self.path else "")
+
+
+def parse(text: str) -> list[Block]:
+    """The fenced code blocks of ``text``, with the directive before each."""
+    lines = text.split("\n")
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if opening is None:
+            index += 1
+            continue
+        start = index
+        index += 1
+        while index < len(lines) and not lines[index].startswith("```"):
+            index += 1
+        if index == len(lines):
+            raise AssertionError(f"README.md:{start + 1}: a code block is never closed")
+        previous = DIRECTIVE.match(lines[start - 1]) if start else None
+        directive = (previous.group(1), previous.group(2).strip()) if previous else None
+        code = "\n".join(lines[start + 1 : index]) + "\n"
+        blocks.append(Block(start + 1, opening.group(1).lower(), code, directive))
+        index += 1
+    return blocks
+
+
+BLOCKS = parse(README.read_text(encoding="utf-8"))
+PYTHON = [block for block in BLOCKS if block.language == "python"]
+
+
+def _param(block: Block) -> object:
+    marks = [pytest.mark.skip(reason=f"not-run: {block.not_run}")] if block.not_run else []
+    return pytest.param(block, id=block.test_id, marks=marks)
+
+
+def _environment(database_url: str | None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(UNSCOPED_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if database_url is not None:
+        env["DURABLE_DATABASE_URL"] = database_url
+    return env
+
+
+def _write_files(directory: Path) -> None:
+    for block in PYTHON:
+        if block.path is not None:
+            target = directory / block.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.code, encoding="utf-8")
+
+
+def run_block(block: Block, directory: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``block`` as written in ``directory``, a fresh empty folder."""
+    _write_files(directory)
+    script = block.path or f"readme_line_{block.line}.py"
+    target = directory / script
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(block.code, encoding="utf-8")
+    command = [sys.executable, script]
+    if block.is_pytest_module:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", script]
+        command += block.pytest_args
+    database_url = None
+    if block.needs_database_url:
+        name = POSTGRES_URL.rsplit("/", 1)[1].split("?")[0]
+        database_url = asyncio.run(
+            fresh_postgres_database(POSTGRES_URL, f"{name}_readme_{block.line}")
+        )
+    try:
+        return subprocess.run(
+            command,
+            cwd=directory,
+            env=_environment(database_url),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(
+            command,
+            -1,
+            _text(exc.stdout),
+            _text(exc.stderr) + f"\n(timed out after {TIMEOUT_SECONDS}s)",
+        )
+    finally:
+        if database_url is not None:
+            asyncio.run(drop_postgres_database(database_url))
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[int, Future[subprocess.CompletedProcess[str]]]]:
+    """Start every selected block at once (a process each); each test waits for its own."""
+    selected: set[int] = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        block = callspec.params.get("block") if callspec is not None else None
+        if isinstance(block, Block):
+            selected.add(block.line)
+    wanted = [block for block in PYTHON if block.line in selected and not block.not_run]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        yield {
+            block.line: pool.submit(run_block, block, tmp_path_factory.mktemp(f"line{block.line}"))
+            for block in wanted
+        }
+
+
+@pytest.mark.parametrize("block", [_param(block) for block in PYTHON])
+def test_python_block_runs_as_written(
+    block: Block,
+    runs: dict[int, Future[subprocess.CompletedProcess[str]]],
+    tmp_path: Path,
+) -> None:
+    future = runs.get(block.line)
+    result = future.result() if future is not None else run_block(block, tmp_path)
+    assert result.returncode == 0, (
+        f"README.md:{block.line}: the block exited with {result.returncode}\n"
+        f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+    )
+
+
+def test_each_directive_stands_before_a_python_block_it_applies_to() -> None:
+    assert len(PYTHON) >= 10, "README.md has lost its examples, or the parser its way"
+    by_line = {block.line - 1: block for block in PYTHON if block.directive}
+    lines = README.read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines, start=1):
+        if DIRECTIVE.match(line):
+            assert number in by_line, f"README.md:{number}: no python block follows this directive"
+    for block in by_line.values():
+        if block.not_run is not None:
+            assert block.not_run, f"README.md:{block.line}: not-run needs a reason"
+        if block.pytest_args:
+            assert block.is_pytest_module, f"README.md:{block.line}: pytest-args on a non-test"
+
+
+def test_python_blocks_pass_the_linter(tmp_path: Path) -> None:
+    """The repository's ruff rules hold in README code, seen as the code of a user's project:
+    durable_core is a third-party package there, and the README's own files first-party.
+    (``make lint`` checks the blocks' format.)"""
+    _write_files(tmp_path)
+    ruff = [sys.executable, "-m", "ruff", "check", "--no-cache"]
+    ruff += ["--config", str(ROOT / "pyproject.toml"), "--config", f"src = [{str(tmp_path)!r}]"]
+    failures = []
+    for block in PYTHON:
+        name = block.path or f"readme_line_{block.line}.py"
+        result = subprocess.run(
+            [*ruff, "--stdin-filename", name, "-"],
+            input=block.code,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            failures.append(f"README.md:{block.line}:\n{result.stdout}{result.stderr}")
+    assert not failures, "\n".join(failures)
+
+
+def _slug(heading: str) -> str:
+    text = heading.strip().lower().replace("`", "")
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def test_links_within_the_readme_lead_to_headings() -> None:
+    text = README.read_text(encoding="utf-8")
+    outside_code = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    slugs: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", outside_code, flags=re.M):
+        slug = _slug(heading)
+        count = 0
+        while (slug if not count else f"{slug}-{count}") in slugs:
+            count += 1
+        slugs.add(slug if not count else f"{slug}-{count}")
+    anchors = set(re.findall(r"\]\(#([^)\s]+)\)", outside_code))
+    assert anchors, "no internal links found: the pattern is wrong"
+    assert not anchors - slugs, f"links to no heading: {sorted(anchors - slugs)}"
