@@ -8,6 +8,8 @@ the executor creates it and settles through it.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +20,13 @@ import anyio
 
 from .coltypes import utcnow
 from .config import WorkflowConfig
-from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
+from .errors import (
+    FrameworkError,
+    InvalidStateError,
+    LeaseLostError,
+    StoreUnavailableError,
+    WorkflowTimeoutError,
+)
 from .failures import dump_error, error_record
 from .hooks import observers
 from .records import ClaimedWorkflow, StepRecord, StepStatus, Wait, WorkflowStatus
@@ -70,8 +78,8 @@ class Attempt:
         """The workflow's retry policy (``None``: linear backoff, the configured budget)."""
         self.cancelled = False
         """The workflow was cancelled while this attempt ran it."""
-        self.gave_up = False
-        """A step's retry policy gave up: the workflow fails with no further attempt."""
+        self.given_up: list[BaseException] = []
+        """Errors a step's retry policy gave up on: if one fails the body, no attempt follows."""
         self.body_scope = anyio.CancelScope()
         self._next_index = 0
 
@@ -116,9 +124,10 @@ class Attempt:
         await self.persist(lambda: self.store.fail_step(self.lease, index, error))
         observers().durable_step_failed(error=exc, **self._step_fields(index, name))
 
-    def give_up(self) -> None:
-        """A step's retry policy will not retry its failure: nor will the workflow's."""
-        self.gave_up = True
+    def give_up(self, exc: BaseException) -> None:
+        """A step's retry policy will not retry ``exc``: if it fails the body, nor will the
+        workflow's (a body that catches it goes on as usual)."""
+        self.given_up.append(exc)
 
     async def step_succeeded(self, index: int, name: str, input_json: str, output: str) -> None:
         """Record a step's output; a later replay in this attempt returns it from the cache."""
@@ -148,7 +157,13 @@ class Attempt:
         return payload
 
     async def suspend(self, wait: Wait, output: str) -> bool:
-        """Leave the workflow waiting on ``wait``; ``False`` when the wait is already over."""
+        """Leave the workflow waiting on ``wait``; ``False`` when the wait is already over.
+
+        The workflow's own deadline, when sooner, ends the wait too (and the workflow).
+        """
+        deadline = self.claimed.deadline
+        if deadline is not None and (wait.deadline is None or deadline < wait.deadline):
+            wait = dataclasses.replace(wait, deadline=deadline)
         if await self.persist(lambda: self.store.suspend(self.lease, wait, output)):
             self.suspended = wait
             return True
@@ -237,7 +252,7 @@ class Attempt:
         (and the error can be retried), else failed."""
         claimed, policy = self.claimed, self.policy
         if retryable is None:
-            if self.gave_up:
+            if any(exc is given for given in self.given_up):
                 retryable = False
             elif policy is not None:
                 retryable = policy.retries(exc)
@@ -252,6 +267,9 @@ class Attempt:
                 if policy is not None
                 else self.config.retry_delay(claimed.attempts)
             )
+            if claimed.deadline is not None:  # the retry is due by the deadline at the latest
+                left = (claimed.deadline - self.clock()).total_seconds()
+                delay = max(0.0, min(delay, left))
             await self.persist(
                 lambda: self.store.settle(
                     self.lease, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay
@@ -291,8 +309,9 @@ class Attempt:
         self.cancelled = True
         self.body_scope.cancel()
 
-    def was_cancelled(self) -> WorkflowStatus:
+    async def was_cancelled(self) -> WorkflowStatus:
         """The attempt ended because the workflow was cancelled (by a user, not a crash)."""
+        await self._record_end("cancelled", None)
         logger.info(
             "workflow %s cancelled; its body was stopped",
             self.claimed.name,
@@ -300,6 +319,59 @@ class Attempt:
         )
         observers().durable_workflow_cancelled(**self.fields)
         return WorkflowStatus.CANCELLED
+
+    def past_deadline(self) -> bool:
+        """Whether the workflow's timeout has passed."""
+        deadline = self.claimed.deadline
+        return deadline is not None and self.clock() >= deadline
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the workflow's timeout, if it has one."""
+        deadline = self.claimed.deadline
+        return None if deadline is None else (deadline - self.clock()).total_seconds()
+
+    async def time_out(self) -> WorkflowStatus:
+        """The workflow's timeout passed: cancel it and its unfinished children, with the
+        timeout recorded as its error."""
+        claimed = self.claimed
+        exc = WorkflowTimeoutError(
+            f"workflow {claimed.name} ({claimed.id}) timed out: its deadline "
+            f"{claimed.deadline} passed"
+        )
+        error = dump_error(error_record(exc, step_index=None, step_name=None))
+        with contextlib.suppress(InvalidStateError):  # it ended meanwhile
+            await self.store.cancel_workflow(claimed.id, error)
+        await self._record_end("timed_out", error)
+        logger.warning(
+            "workflow %s timed out and was cancelled",
+            claimed.name,
+            extra={**self.fields, "outcome": "timed_out"},
+        )
+        observers().durable_workflow_cancelled(**self.fields)
+        return WorkflowStatus.CANCELLED
+
+    async def record_crash(self) -> None:
+        """The attempt before this one ended by its lease expiring: record it as crashed."""
+        crashed = self.claimed.crashed
+        if crashed is None:
+            return
+        error = dump_error(
+            {
+                "type": "durable_core.crashed",
+                "message": f"worker {crashed.worker_id} stopped renewing its lease (it crashed "
+                "or stalled); the lease expired and another attempt took over",
+                "traceback": None,
+            }
+        )
+        ended = self.claimed.crashed_at
+        await self.persist(lambda: self.store.record_attempt(crashed, "crashed", error, ended))
+
+    async def _record_end(self, outcome: str, error: str | None) -> None:
+        """Record how this attempt ended when it could not settle (the lease is gone)."""
+        try:
+            await self.store.record_attempt(self.lease, outcome, error)
+        except FrameworkError as exc:
+            logger.warning("could not record the attempt's end: %s", exc, extra=self.fields)
 
     def lost(self) -> None:
         """The lease was taken from under this attempt; its new owner settles the workflow."""

@@ -218,8 +218,20 @@ async def _show(args: argparse.Namespace) -> int:
         handle: WorkflowHandle[Any] = WorkflowHandle(store, args.workflow_id)
         record = await handle.info()
         steps = await handle.steps()
+        attempts = await handle.attempts()
     if args.json:
         data = _record_json(record)
+        data["attempts"] = [
+            {
+                "attempt": a.attempt,
+                "worker": a.worker,
+                "started_at": a.started_at.isoformat() if a.started_at else None,
+                "ended_at": a.ended_at.isoformat(),
+                "outcome": a.outcome,
+                "error": load_error(a.error),
+            }
+            for a in attempts
+        ]
         data["steps"] = [
             {
                 "index": s.step_index,
@@ -252,6 +264,16 @@ async def _show(args: argparse.Namespace) -> int:
         print(f"error     {error.get('type')}: {error.get('message')}{where}")
         if args.traceback and error.get("traceback"):
             print(error["traceback"])
+    if attempts:
+        print("attempts:")
+    for a in attempts:
+        started = a.started_at.strftime("%H:%M:%S") if a.started_at else "?"
+        failure = load_error(a.error)
+        why = f"  {failure.get('type')}: {failure.get('message')}" if failure else ""
+        print(
+            f"  {a.attempt:>3}  {a.outcome:9}  {started}-{a.ended_at.strftime('%H:%M:%S')}  "
+            f"{a.worker}{why}"
+        )
     print("steps:")
     for s in steps:
         print(f"  {s.step_index:>3}  {s.status.value:9}  runs={s.attempts}  {s.step_name}")

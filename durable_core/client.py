@@ -21,16 +21,17 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from .config import WorkflowConfig
 from .context import WorkflowContext
-from .errors import ConfigurationError, InvalidArgumentsError
+from .errors import ConfigurationError, InvalidArgumentsError, RegistrationError
 from .handle import WorkflowHandle
 from .hooks import observers
 from .journal import body_context, derived_id, once
 from .records import NewWorkflow
-from .registry import Workflow, as_workflow
+from .registry import Workflow, as_workflow, positive_seconds
 from .serialization import encode, encode_arguments
 from .store import Store
 
@@ -110,11 +111,33 @@ def _default_max_attempts() -> int:
 class DurableClient:
     """Starts workflows on one store and hands out handles to them."""
 
-    def __init__(self, store: Store, *, max_attempts: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+        try:
+            self.timeout = positive_seconds(timeout, "timeout")
+        except RegistrationError as exc:
+            raise ConfigurationError(str(exc)) from None
         self.store = store
         self.max_attempts = max_attempts
+
+    def with_options(
+        self, *, timeout: float | timedelta | None = None, max_attempts: int | None = None
+    ) -> DurableClient:
+        """This client, starting workflows with a ``timeout`` (each is cancelled, wherever it
+        is, that long after it starts: ``WorkflowTimeoutError`` is its recorded error) and
+        an attempt budget ``max_attempts``."""
+        return DurableClient(
+            self.store,
+            max_attempts=max_attempts or self.max_attempts,
+            timeout=timeout if timeout is not None else self.timeout,
+        )
 
     def _prepare(
         self,
@@ -147,6 +170,7 @@ class DurableClient:
             input=payload,
             max_attempts=definition.max_attempts or self.max_attempts or _default_max_attempts(),
             delay_seconds=delay_seconds,
+            timeout_seconds=self.timeout if self.timeout is not None else definition.timeout,
         )
 
     async def _enqueue(

@@ -99,6 +99,12 @@ class InvalidStateError(FrameworkError):
     """An operation does not apply to the workflow in its current status."""
 
 
+class WorkflowTimeoutError(FrameworkError, TimeoutError):
+    """A workflow's timeout passed: it was cancelled, with this as its recorded error."""
+
+    retryable = False
+
+
 class WorkflowConflictError(FrameworkError):
     """A start named an existing workflow id with another workflow or other arguments."""
 

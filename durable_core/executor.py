@@ -80,8 +80,10 @@ class Executor:
         except LeaseLostError:
             if attempt.suspended is not None:
                 return attempt.waiting()  # a write after the suspension (a `finally:`)
+            if attempt.past_deadline():
+                return await attempt.time_out()
             if attempt.cancelled or await self._cancelled(claimed.id):
-                return attempt.was_cancelled()
+                return await attempt.was_cancelled()
             attempt.lost()
             return None
         except Exception as exc:
@@ -116,6 +118,9 @@ class Executor:
             return await attempt.fail(exc, retryable=False)
 
         attempt.policy = definition.retry
+        await attempt.record_crash()
+        if attempt.past_deadline():
+            return await attempt.time_out()
         await attempt.load_history()
         ctx = WorkflowContext(
             workflow_id=claimed.id,
@@ -126,6 +131,9 @@ class Executor:
             run=attempt,
         )
         body = definition.fn
+        left = attempt.seconds_left()
+        if left is not None:  # the body stops when the workflow's timeout passes
+            attempt.body_scope.deadline = anyio.current_time() + left
         if self._keeper is not None:
             result, failure = await self._kept(self._keeper, ctx, body, args, kwargs)
         else:
@@ -139,6 +147,8 @@ class Executor:
 
         if attempt.suspended is not None:
             return attempt.waiting()
+        if attempt.body_scope.cancelled_caught and attempt.past_deadline():
+            return await attempt.time_out()
         if attempt.cancelled:
             raise LeaseLostError(f"workflow {claimed.id} was cancelled")
         if attempt.lease_lost or isinstance(failure, LeaseLostError):

@@ -20,7 +20,7 @@ from .errors import (
 )
 from .failures import load_error
 from .journal import body_context, wait
-from .records import StepRecord, WaitKind, WorkflowRecord, WorkflowStatus
+from .records import AttemptRecord, StepRecord, WaitKind, WorkflowRecord, WorkflowStatus
 from .serialization import convert, decode
 from .store import Store
 
@@ -76,6 +76,12 @@ class WorkflowHandle(Generic[R]):
     async def steps(self) -> list[StepRecord]:
         """The recorded steps, in index order."""
         return await self.store.load_steps(self.id)
+
+    async def attempts(self) -> list[AttemptRecord]:
+        """Every ended attempt, oldest first: its number, worker, start, end, outcome
+        (``succeeded``, ``failed``, ``retry``, ``cancelled``, ``timed_out``, ``crashed``)
+        and error."""
+        return await self.store.load_attempts(self.id)
 
     async def wait(self) -> WorkflowStatus:
         """Wait, however long it takes, for a terminal status. Prefer :meth:`wait_with_timeout`."""

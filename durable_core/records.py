@@ -90,6 +90,8 @@ class NewWorkflow:
     max_attempts: int
     delay_seconds: float = 0.0
     parent_id: str | None = None
+    timeout_seconds: float | None = None
+    """Cancel the workflow, wherever it is, this long after it is started."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,8 @@ class WorkflowRecord:
     parent_id: str | None = None
     waiting_for: str | None = None
     """``sleep``, ``message:<topic>`` or ``child:<id>`` while ``waiting``."""
+    deadline: datetime | None = None
+    """When a workflow started with a timeout is cancelled."""
 
     @property
     def wake_at(self) -> datetime | None:
@@ -142,6 +146,23 @@ class Lease:
     workflow_id: str
     token: str
     worker_id: str
+    attempt: int = 0
+    """The attempt this lease was taken for (its row's ``attempts`` then)."""
+    started_at: datetime | None = None
+    """When it was taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One ended attempt of a workflow, as ``workflow_attempts`` keeps it."""
+
+    attempt: int
+    worker: str
+    started_at: datetime | None
+    ended_at: datetime
+    outcome: str
+    """``succeeded``, ``failed``, ``retry``, ``cancelled``, ``timed_out`` or ``crashed``."""
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +181,8 @@ class ClaimedWorkflow:
     lease: Lease
     steps: tuple[StepRecord, ...] | None = field(default=None)
     parent_id: str | None = None
+    deadline: datetime | None = None
+    crashed: Lease | None = None
+    """The lease of the attempt before this one, when it ended by expiring (a crash)."""
+    crashed_at: datetime | None = None
+    """When that lease expired."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .errors import (
@@ -29,10 +30,12 @@ class Workflow(Generic[P, R]):
         name: str,
         max_attempts: int | None,
         retry: RetryPolicy | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
         self.retry = retry
+        self.timeout = timeout
         self.max_attempts = retry.max_attempts if retry is not None else max_attempts
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
@@ -134,6 +137,7 @@ def workflow(
     name: str | None = None,
     max_attempts: int | None = None,
     retry: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
@@ -145,6 +149,7 @@ def workflow(
     name: str | None = None,
     max_attempts: int | None = None,
     retry: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
     registry: Registry | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare an ``async def`` as a durable workflow.
@@ -153,7 +158,9 @@ def workflow(
     ``max_attempts`` fixes its attempt budget; otherwise each row gets the
     starting client's ``max_attempts`` or ``WORKFLOW_MAX_ATTEMPTS`` when it is started.
     ``retry`` replaces both the budget (its ``max_attempts``) and the linear backoff
-    between attempts, and says which errors are retried at all.
+    between attempts, and says which errors are retried at all. ``timeout`` cancels
+    each run that has not ended that long after it was started (see
+    :meth:`~durable_core.client.DurableClient.with_options`).
     """
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
@@ -169,12 +176,26 @@ def workflow(
                 f"got retry={retry!r}, max_attempts={max_attempts!r}"
             )
         definition = Workflow(
-            func, name=name or qualified_name(func), max_attempts=max_attempts, retry=retry
+            func,
+            name=name or qualified_name(func),
+            max_attempts=max_attempts,
+            retry=retry,
+            timeout=positive_seconds(timeout, "a workflow timeout"),
         )
         (registry or default_registry).add(definition)
         return definition
 
     return decorate if fn is None else decorate(fn)
+
+
+def positive_seconds(value: float | timedelta | None, what: str) -> float | None:
+    """``value`` in seconds; a :class:`RegistrationError` unless it is positive (or None)."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0 or seconds == float("inf"):
+        raise RegistrationError(f"{what} must be a positive duration, got {value!r}")
+    return seconds
 
 
 def as_workflow(fn: object) -> Workflow[Any, Any]:

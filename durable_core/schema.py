@@ -58,6 +58,13 @@ workflow_steps = metadata.tables["workflow_steps"]
 schema_versions = metadata.tables[VERSIONS_TABLE]
 workflow_messages = metadata.tables["workflow_messages"]
 workflow_events = metadata.tables["workflow_events"]
+workflow_attempts = metadata.tables["workflow_attempts"]
+
+
+WORKFLOW_TABLES = ", ".join(
+    table.name for table in reversed(metadata.sorted_tables) if table is not schema_versions
+)
+"""The workflow tables, each before the tables it references (for TRUNCATE and DROP)."""
 
 
 async def drop_schema(engine: AsyncEngine) -> None:
@@ -68,11 +75,13 @@ async def drop_schema(engine: AsyncEngine) -> None:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "WORKFLOW_TABLES",
     "UTCDateTime",
     "build_metadata",
     "drop_schema",
     "metadata",
     "schema_versions",
+    "workflow_attempts",
     "workflow_events",
     "workflow_messages",
     "workflow_steps",

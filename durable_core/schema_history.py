@@ -120,6 +120,8 @@ def _v3() -> list[ops.MigrateOperation]:
         # "child:<id>"), its deadline being run_at.
         ops.AddColumnOp("workflows", sa.Column("parent_id", sa.String(36), nullable=True)),
         ops.AddColumnOp("workflows", sa.Column("waiting_for", sa.String(255), nullable=True)),
+        # When a workflow started with a timeout is cancelled wherever it is.
+        ops.AddColumnOp("workflows", sa.Column("deadline", UTCDateTime(), nullable=True)),
         _index("ix_workflows_parent_id", "workflows", "parent_id"),
         _table(
             "workflow_messages",
@@ -142,6 +144,23 @@ def _v3() -> list[ops.MigrateOperation]:
             ["workflow_id", "message_id"],
             unique=True,
         ),
+        _table(
+            "workflow_attempts",
+            sa.Column(
+                "seq",
+                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                primary_key=True,
+                autoincrement=True,
+            ),
+            workflow_id("workflow_attempts"),
+            sa.Column("attempt", sa.Integer, nullable=False),
+            sa.Column("worker", sa.String(255), nullable=False),
+            sa.Column("started_at", UTCDateTime(), nullable=True),
+            sa.Column("ended_at", UTCDateTime(), nullable=False),
+            sa.Column("outcome", sa.String(16), nullable=False),
+            sa.Column("error", json_text(), nullable=True),
+        ),
+        _index("ix_workflow_attempts_workflow", "workflow_attempts", "workflow_id", "seq"),
         _table(
             "workflow_events",
             sa.Column(

@@ -55,13 +55,11 @@ class Step(Generic[P, R]):
     async def _run_body(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.timeout is None:
             return await self._call(*args, **kwargs)
-        try:
-            with anyio.fail_after(self.timeout):
-                return await self._call(*args, **kwargs)
-        except TimeoutError:
-            raise StepTimeoutError(
-                f"step {self.name!r} ran longer than its timeout of {self.timeout}s"
-            ) from None
+        with anyio.move_on_after(self.timeout) as scope:
+            return await self._call(*args, **kwargs)
+        # Only the deadline lands here; a TimeoutError of the body's own propagates as is.
+        assert scope.cancelled_caught
+        raise StepTimeoutError(f"step {self.name!r} ran longer than its timeout of {self.timeout}s")
 
     async def _call(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.is_async:
@@ -112,7 +110,7 @@ class Step(Generic[P, R]):
                 if self.retry is None:
                     raise
                 if not self.retry.retries(exc) or tries >= self.retry.max_attempts:
-                    run.give_up()  # this step's policy decided: the workflow fails
+                    run.give_up(exc)  # this step's policy decided: if it escapes, it fails
                     raise
                 delay = self.retry.delay(tries)
                 if delay > SUSPEND_RETRY_AFTER:

@@ -15,9 +15,11 @@ refuses it with :class:`~durable_core.errors.ClaimNotSupportedError` at boot.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from .records import (
+    AttemptRecord,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -93,9 +95,22 @@ class Store(Protocol):
         """
         ...
 
-    async def cancel_workflow(self, workflow_id: str) -> None:
+    async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Cancel an unfinished workflow and its unfinished children; a running body loses
-        its lease, and a parent waiting on the workflow wakes."""
+        its lease, its running or waiting step ends ``cancelled``, and a parent waiting on
+        the workflow wakes. ``reason`` (an error JSON) is recorded as its error."""
+        ...
+
+    async def record_attempt(
+        self, lease: Lease, outcome: str, error: str | None, ended_at: datetime | None = None
+    ) -> None:
+        """Record how the attempt of ``lease`` ended when it did not settle itself (it was
+        cancelled, timed out, or crashed; ``ended_at`` defaults to now). Not fenced."""
+        ...
+
+    async def load_attempts(self, workflow_id: str) -> list[AttemptRecord]:
+        """Every ended attempt of a workflow, oldest first (``settle`` records each attempt
+        it ends, ``record_attempt`` the others)."""
         ...
 
     async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
@@ -153,6 +168,7 @@ class Store(Protocol):
         ``status`` is ``succeeded`` (with ``output``), ``failed`` (with ``error``)
         or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with ``error``).
         A final status wakes the parent ``parent_id`` if it waits on this workflow.
+        The attempt's history row is written in the same transaction.
         """
         ...
 

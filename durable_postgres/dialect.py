@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Insert
 
+from durable_core.coltypes import UTCDateTime
 from durable_core.records import NewWorkflow
 from durable_core.sql import SQLDialect, Statements, const
 from durable_core.sql.connector import Params
@@ -27,6 +28,7 @@ from durable_core.sql.rows import STEP_FIELDS
 from durable_core.sql.statements import (
     CLAIMED_COLUMNS,
     NEW_WORKFLOW_FIELDS,
+    att,
     due,
     expired,
     new_workflow,
@@ -114,12 +116,16 @@ class PostgresStatements(Statements):
             param("max_attempts", postgresql.ARRAY(sa.Integer())),
             param("parents", postgresql.ARRAY(sa.Text())),
             param("delays", postgresql.ARRAY(sa.Float())),
+            param("timeouts", postgresql.ARRAY(sa.Float())),
         )
-        rows = arrays.table_valued(*NEW_WORKFLOW_FIELDS, "delay").render_derived(name="u")
+        rows = arrays.table_valued(*NEW_WORKFLOW_FIELDS, "delay", "timeout").render_derived(
+            name="u"
+        )
         values = new_workflow(
             {name: rows.c[name] for name in NEW_WORKFLOW_FIELDS},
             now=sa.func.now(),
             run_at=PostgresDialect.seconds_after_now(rows.c.delay),
+            deadline=PostgresDialect.seconds_after_now(rows.c.timeout),
         )
         inserted = (
             postgresql.insert(wf)
@@ -143,8 +149,23 @@ class PostgresStatements(Statements):
                 "max_attempts": [row.max_attempts for row in rows],
                 "parents": [row.parent_id for row in rows],
                 "delays": [float(row.delay_seconds) for row in rows],
+                "timeouts": [row.timeout_seconds for row in rows],
             }
         ]
+
+    def recorded(self, settle: sa.Update) -> sa.Executable:
+        ended = settle.returning(wf.c.id).cte("ended")
+        history = sa.select(
+            ended.c.id,
+            param("attempt_no", sa.Integer()),
+            param("worker_name", sa.String()),
+            param("started", UTCDateTime()),
+            sa.func.now(),
+            param("ended_as", sa.String()),
+            param("error_json", sa.Text()),
+        )
+        columns = ["workflow_id", "attempt", "worker", "started_at", "ended_at", "outcome"]
+        return att.insert().from_select([*columns, "error"], history).add_cte(ended)
 
     def _existing(self) -> sa.Select[Any]:
         ids = param("ids", postgresql.ARRAY(sa.Text()))
@@ -175,7 +196,7 @@ class PostgresStatements(Statements):
 
         def scan(runnable: sa.ColumnElement[bool], order: sa.Column[Any], name: str) -> Any:
             return (
-                sa.select(wf.c.id)
+                sa.select(wf.c.id, wf.c.locked_by, wf.c.locked_until)
                 .where(runnable)
                 .order_by(order)
                 .limit(limit)
@@ -201,19 +222,32 @@ class PostgresStatements(Statements):
             sa.select(ready.c.id, ready.c.run_at), sa.select(awake.c.id, awake.c.run_at)
         ).subquery("timely")
         in_order = sa.select(timely.c.id).order_by(timely.c.run_at).limit(limit).subquery("next")
-        candidates = sa.union_all(sa.select(stale.c.id), sa.select(in_order.c.id)).subquery(
-            "candidates"
-        )
-        picked = sa.select(candidates.c.id).limit(limit).cte("picked").prefix_with("MATERIALIZED")
+        # An expired lease's holder is returned too: that attempt ended in a crash.
+        nothing = sa.null()
+        candidates = sa.union_all(
+            sa.select(stale.c.id, stale.c.locked_by, stale.c.locked_until),
+            sa.select(
+                in_order.c.id,
+                sa.cast(nothing, sa.String()),
+                sa.cast(nothing, UTCDateTime()),
+            ),
+        ).subquery("candidates")
+        picked = sa.select(candidates).limit(limit).cte("picked").prefix_with("MATERIALIZED")
         token = sa.cast(sa.func.gen_random_uuid(), sa.String)
         claimed = (
             wf.update()
             .where(wf.c.id == picked.c.id)
             .values(take_lease(d, token))
-            .returning(*CLAIMED_COLUMNS)
+            .returning(
+                *CLAIMED_COLUMNS,
+                picked.c.locked_by.label("crashed_worker"),
+                picked.c.locked_until.label("crashed_at"),
+            )
             .cte("claimed")
         )
         return sa.select(
             *(claimed.c[column.name] for column in CLAIMED_COLUMNS),
+            claimed.c.crashed_worker,
+            claimed.c.crashed_at,
             self.inline_steps(claimed.c.id).label("steps"),
         )

@@ -188,7 +188,7 @@ class PostgresStore(SQLStore):
         rows = await self._fetch("claim", self.statements.claim, params)
         if listener is not None and listening:
             listener.caught_up()
-        return [claimed_from_row(row, worker_id, steps=True) for row in rows]
+        return [claimed_from_row(row, worker_id, steps=True, crashed=True) for row in rows]
 
     def on_cancel(self, handler: Callable[[str], None]) -> bool:
         """Call ``handler(workflow_id)`` as soon as any process cancels a workflow, from

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_core.schema import WORKFLOW_TABLES
 from durable_sqlite import SQLiteStore
 
 POSTGRES_URL = os.environ.get(
@@ -134,10 +135,7 @@ async def empty_mysql_database(name: str) -> str:
     try:
         async with engine.begin() as conn:
             await conn.execute(
-                sa.text(
-                    "DROP TABLE IF EXISTS workflow_steps, workflow_messages, workflow_events, "
-                    "workflows, durable_schema_versions"
-                )
+                sa.text(f"DROP TABLE IF EXISTS {WORKFLOW_TABLES}, durable_schema_versions")
             )
     finally:
         await engine.dispose()

@@ -33,7 +33,7 @@ from durable_core import (
 from durable_core.contract import workflows as wfs
 from durable_core.contract.support import unique_name
 from durable_core.hooks import ObserverSpec, plugin_manager
-from durable_core.schema import workflows
+from durable_core.schema import WORKFLOW_TABLES, workflows
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_core.worker import WorkflowWorker
@@ -573,7 +573,7 @@ async def postgres_store(postgres_url: str) -> AsyncIterator[Store]:
     await store.apply_schema()
     conn = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
+        await conn.execute(f"TRUNCATE {WORKFLOW_TABLES}")
     finally:
         await conn.close()
     yield store

@@ -265,3 +265,47 @@ def test_the_delay_grows_exponentially_up_to_the_maximum_with_bounded_jitter() -
     assert [policy.delay(n) for n in range(1, 6)] == [1, 2, 4, 5, 5]
     jittery = RetryPolicy(initial_interval=10, jitter=0.1)
     assert all(9 <= jittery.delay(1) <= 11 for _ in range(200))
+
+
+@workflow_step
+async def notify_once_broken(key: str) -> str:
+    attempt(key)
+    if len(TRIES[key]) == 1:
+        raise ConnectionError(f"{key}: mail server away")
+    return "notified"
+
+
+@workflow(max_attempts=3)
+async def handles_a_declined_card(key: str) -> str:
+    try:
+        return await charge(key)
+    except CardDeclined:
+        return await notify_once_broken(f"{key}:notify")
+
+
+async def test_a_caught_give_up_does_not_stop_later_retries(store: Store) -> None:
+    handle = await DurableClient(store).start_workflow(handles_a_declined_card, "caught")
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == "notified"
+    assert (await handle.info()).attempts == 2
+
+
+@workflow_step(timeout=30)
+async def raises_its_own_timeout(key: str) -> str:
+    attempt(key)
+    raise TimeoutError(f"{key}: the payment API timed out")
+
+
+@workflow(max_attempts=1)
+async def own_timeout(key: str) -> str:
+    return await raises_its_own_timeout(key)
+
+
+async def test_a_steps_own_timeout_error_is_not_mistaken_for_the_step_timeout(
+    store: Store,
+) -> None:
+    handle = await DurableClient(store).start_workflow(own_timeout, "own")
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.FAILED
+    error = await handle.error()
+    assert error is not None and error["type"] == "builtins.TimeoutError"
+    assert error["message"] == "own: the payment API timed out"

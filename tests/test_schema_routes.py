@@ -45,6 +45,7 @@ pytestmark = pytest.mark.anyio
 
 DURABLE_TABLES = (
     "durable_schema_versions",
+    "workflow_attempts",
     "workflow_events",
     "workflow_messages",
     "workflow_steps",

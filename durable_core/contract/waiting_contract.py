@@ -30,7 +30,16 @@ from ..testing import WorkflowRunner
 from . import workflows as wfs
 from .support import new_workflow
 
-OPERATIONS = ("record_step", "suspend", "receive", "send", "set_event", "get_event")
+OPERATIONS = (
+    "record_step",
+    "suspend",
+    "receive",
+    "send",
+    "set_event",
+    "get_event",
+    "record_attempt",
+    "load_attempts",
+)
 """The store operations durable waits need (schema version 3)."""
 
 
@@ -275,6 +284,44 @@ class WaitingContract:
         assert await durable_store.suspend(parent.lease, _wait(WaitKind.CHILD, child.id), "null")
         await durable_store.cancel_workflow(child.id)
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.PENDING
+
+    # -- attempt history -------------------------------------------------------------
+
+    async def test_every_ended_attempt_is_kept_in_order(self, durable_store: Store) -> None:
+        first = await self._held(durable_store, max_attempts=5)
+        await durable_store.settle(first.lease, WorkflowStatus.PENDING, error='"boom"')
+        second = await durable_store.acquire(first.id, worker_id="w2", lease_seconds=0.05)
+        assert second is not None and second.crashed is None
+        await anyio.sleep(0.2)  # its lease expires: the next acquire takes over from a crash
+        third = await durable_store.acquire(first.id, worker_id="w3", lease_seconds=30)
+        assert third is not None and third.crashed is not None
+        assert (third.crashed.worker_id, third.crashed.attempt) == ("w2", 2)
+        assert third.crashed_at is not None
+        await durable_store.record_attempt(third.crashed, "crashed", '"x"', third.crashed_at)
+        await durable_store.settle(third.lease, WorkflowStatus.SUCCEEDED, output="3")
+        history = await durable_store.load_attempts(first.id)
+        assert [(a.attempt, a.worker, a.outcome, a.error) for a in history] == [
+            (1, "waiter", "retry", '"boom"'),
+            (2, "w2", "crashed", '"x"'),
+            (3, "w3", "succeeded", None),
+        ]
+        assert history[0].started_at is not None and history[0].started_at <= history[0].ended_at
+        assert abs(history[1].ended_at - third.crashed_at) < timedelta(seconds=1)
+        # Retrying by hand keeps the history; a stale lease writes none.
+        with pytest.raises(LeaseLostError):
+            await durable_store.settle(second.lease, WorkflowStatus.FAILED, error='"late"')
+        assert len(await durable_store.load_attempts(first.id)) == 3
+
+    async def test_a_cancel_records_its_reason_and_keeps_earlier_errors(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store, max_attempts=5)
+        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error='"first"')
+        await durable_store.cancel_workflow(claimed.id)
+        assert (await self._row(durable_store, claimed.id)).error == '"first"'
+        other = await self._held(durable_store)
+        await durable_store.cancel_workflow(other.id, '{"type": "timeout"}')
+        assert (await self._row(durable_store, other.id)).error == '{"type": "timeout"}'
 
     # -- through the executor, on the runner's clock ----------------------------
 

@@ -65,7 +65,7 @@ class SQLDialect:
         now = utcnow()
         bound = {**params, "now": now}
         for name, value in params.items():
-            if name.endswith("_seconds"):
+            if name.endswith("_seconds") and value is not None:
                 bound[name] = now + timedelta(seconds=float(value))
         return bound
 

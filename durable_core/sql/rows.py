@@ -5,8 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..coltypes import utcnow
 from ..errors import CorruptRecordError
-from ..records import ClaimedWorkflow, Lease, StepRecord, StepStatus, WorkflowRecord, WorkflowStatus
+from ..records import (
+    AttemptRecord,
+    ClaimedWorkflow,
+    Lease,
+    StepRecord,
+    StepStatus,
+    WorkflowRecord,
+    WorkflowStatus,
+)
 from .connector import Row
 
 STEP_FIELDS = ("step_index", "step_name", "status", "input", "output", "error", "attempts")
@@ -42,6 +51,7 @@ def record_from_row(row: Row) -> WorkflowRecord:
         locked_until=row["locked_until"],
         parent_id=row["parent_id"],
         waiting_for=row["waiting_for"],
+        deadline=row["deadline"],
     )
 
 
@@ -55,6 +65,18 @@ def step_from_values(workflow_id: str, values: Any) -> StepRecord:
             f"step {index} of workflow {workflow_id} has an unknown status {status!r}"
         ) from exc
     return StepRecord(index, name, step_status, input, output, error, attempts)
+
+
+def attempt_from_row(row: Row) -> AttemptRecord:
+    """An :class:`AttemptRecord` from a ``workflow_attempts`` row."""
+    return AttemptRecord(
+        attempt=row["attempt"],
+        worker=row["worker"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        outcome=row["outcome"],
+        error=row["error"],
+    )
 
 
 def step_from_row(workflow_id: str, row: Row) -> StepRecord:
@@ -77,19 +99,32 @@ def steps_from_json(workflow_id: str, text: str | None) -> tuple[StepRecord, ...
         return None
 
 
-def claimed_from_row(row: Row, worker_id: str, *, steps: bool) -> ClaimedWorkflow:
+def claimed_from_row(
+    row: Row, worker_id: str, *, steps: bool, crashed: bool = False
+) -> ClaimedWorkflow:
     """A :class:`ClaimedWorkflow` from a claim's or an acquire's row.
 
-    With ``steps``, the row carries the cached steps as JSON in its ``steps`` column.
+    With ``steps``, the row carries the cached steps as JSON in its ``steps`` column;
+    with ``crashed``, the holder of the expired lease it took over (``crashed_worker``,
+    ``crashed_at``; NULL when the workflow was not running).
     """
     workflow_id = row["id"]
+    attempts = row["attempts"]
+    crashed_worker = row["crashed_worker"] if crashed else None
     return ClaimedWorkflow(
         id=workflow_id,
         name=row["name"],
         input=row["input"],
-        attempts=row["attempts"],
+        attempts=attempts,
         max_attempts=row["max_attempts"],
-        lease=Lease(workflow_id=workflow_id, token=row["lock_token"], worker_id=worker_id),
+        lease=Lease(workflow_id, row["lock_token"], worker_id, attempts, utcnow()),
         steps=steps_from_json(workflow_id, row["steps"]) if steps else None,
         parent_id=row["parent_id"],
+        deadline=row["deadline"],
+        crashed=(
+            None
+            if crashed_worker is None
+            else Lease(workflow_id, "", crashed_worker, attempts - 1, None)
+        ),
+        crashed_at=row["crashed_at"] if crashed_worker is not None else None,
     )

@@ -28,6 +28,7 @@ wf = schema.workflows
 st = schema.workflow_steps
 msg = schema.workflow_messages
 ev = schema.workflow_events
+att = schema.workflow_attempts
 
 PENDING, RUNNING = const(WorkflowStatus.PENDING.value), const(WorkflowStatus.RUNNING.value)
 WAITING = const(WorkflowStatus.WAITING.value)
@@ -42,6 +43,7 @@ CLAIMED_COLUMNS = (
     wf.c.max_attempts,
     wf.c.lock_token,
     wf.c.parent_id,
+    wf.c.deadline,
 )
 NEW_WORKFLOW_FIELDS = ("id", "name", "input", "max_attempts", "parent_id")
 
@@ -106,6 +108,7 @@ def new_workflow(
     *,
     now: sa.ColumnElement[Any],
     run_at: sa.ColumnElement[Any],
+    deadline: sa.ColumnElement[Any],
 ) -> dict[str, Any]:
     """The row of a workflow being started, from ``source``'s id, name, input and max_attempts."""
     return {
@@ -117,6 +120,7 @@ def new_workflow(
         "max_attempts": source["max_attempts"],
         "parent_id": source["parent_id"],
         "run_at": run_at,
+        "deadline": deadline,
         "created_at": now,
         "updated_at": now,
     }
@@ -158,6 +162,7 @@ class Statements:
             .where(wf.c.id == param("workflow"), status_in(CANCELLABLE))
             .values(
                 status=const(WorkflowStatus.CANCELLED.value),
+                error=sa.func.coalesce(param("error_json", sa.Text()), wf.c.error),
                 completed_at=now,
                 waiting_for=sa.null(),
                 **release(d),
@@ -175,6 +180,28 @@ class Statements:
         self.acquire_due = self._acquire(sa.or_(due(d), woken(d), expired(d)))
         self.acquire_any = self._acquire(sa.or_(wf.c.status.in_([PENDING, WAITING]), expired(d)))
         self.leased = sa.select(*CLAIMED_COLUMNS).where(holds())
+        self.prior = (
+            sa.select(wf.c.status, wf.c.attempts, wf.c.locked_by, wf.c.locked_until)
+            .where(wf.c.id == param("workflow"))
+            .with_for_update()
+        )
+
+        # -- attempt history: one row per ended attempt
+        self.record_attempt = att.insert().values(
+            workflow_id=param("workflow"),
+            attempt=param("attempt_no", sa.Integer()),
+            worker=param("worker_name"),
+            started_at=param("started", UTCDateTime()),
+            ended_at=sa.func.coalesce(param("ended", UTCDateTime()), now),
+            outcome=param("ended_as"),
+            error=param("error_json"),
+        )
+        self.load_attempts = (
+            sa.select(att.c.attempt, att.c.worker, att.c.started_at, att.c.ended_at)
+            .add_columns(att.c.outcome, att.c.error)
+            .where(att.c.workflow_id == param("workflow"))
+            .order_by(att.c.seq)
+        )
         self.existing = self._existing()
         self.parent = sa.select(wf.c.parent_id).where(wf.c.id == param("workflow"))
         self.children = sa.select(wf.c.id).where(
@@ -190,7 +217,7 @@ class Statements:
                 status=WAITING,
                 # A suspension is not an attempt: the claim that resumes it counts one.
                 attempts=wf.c.attempts - const(1),
-                run_at=param("deadline", UTCDateTime()),
+                run_at=param("wake_at", UTCDateTime()),
                 waiting_for=param("waiting_for"),
                 **release(d),
             )
@@ -274,6 +301,8 @@ class Statements:
                 **release(d),
             )
         )
+        self.settle_retry_recorded = self.recorded(self.settle_retry)
+        self.settle_final_recorded = self.recorded(self.settle_final)
 
     # -- parameters --------------------------------------------------------------------------
 
@@ -287,6 +316,7 @@ class Statements:
                 "max_attempts": row.max_attempts,
                 "parent_id": row.parent_id,
                 "delay_seconds": float(row.delay_seconds),
+                "timeout_seconds": row.timeout_seconds,
             }
             for row in rows
         ]
@@ -308,6 +338,11 @@ class Statements:
             self._lists[key] = query
         return query
 
+    def recorded(self, settle: sa.Update) -> sa.Executable | None:
+        """``settle`` and the attempt's history row in one statement, where the database can
+        (its count is the settled rows); ``None`` runs them in one transaction instead."""
+        return None
+
     def inline_steps(self, workflow_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any] | None:
         """A column holding the cached steps of ``workflow_id`` as JSON, where the database
         can aggregate them in the same statement (read by ``rows.steps_from_json``)."""
@@ -319,7 +354,12 @@ class Statements:
         """The statement :meth:`enqueue_params` feeds (one row per parameter set here)."""
         d = self.dialect
         source = {name: param(name) for name in NEW_WORKFLOW_FIELDS}
-        values = new_workflow(source, now=d.now(), run_at=d.after("delay_seconds"))
+        values = new_workflow(
+            source,
+            now=d.now(),
+            run_at=d.after("delay_seconds"),
+            deadline=d.after("timeout_seconds"),
+        )
         return d.wake_workers(d.ignore_duplicates(d.insert(wf).values(values), [wf.c.id]))
 
     def _existing(self) -> sa.Select[Any]:

@@ -14,6 +14,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
 from typing import Any, Self
 
 import sqlalchemy as sa
@@ -21,6 +22,7 @@ import sqlalchemy as sa
 from .. import migrations
 from ..errors import FrameworkError, InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
 from ..records import (
+    AttemptRecord,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -33,8 +35,8 @@ from ..schema import SCHEMA_VERSION
 from . import errors
 from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
-from .rows import claimed_from_row, record_from_row, step_from_row
-from .statements import Statements, wf
+from .rows import attempt_from_row, claimed_from_row, record_from_row, step_from_row
+from .statements import CLAIMED_COLUMNS, Statements, wf
 from .waiting import WaitingOperations
 
 
@@ -262,11 +264,19 @@ class SQLStore(WaitingOperations):
                 workflow_id, "retry_workflow", "only failed or cancelled workflows can be retried"
             )
 
-    async def cancel_workflow(self, workflow_id: str) -> None:
+    async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Cancel an unfinished workflow and its unfinished children; its holder loses the
-        lease, and a parent waiting on it wakes."""
+        lease, its running or waiting step ends ``cancelled``, and a parent waiting on it
+        wakes. ``reason`` (an error JSON) is recorded as the workflow's error."""
         q = self.statements
-        if not await self._ended(workflow_id, "cancel_workflow", q.cancel, {}):
+        rows = await self._fetch("cancel_workflow", q.parent, {"workflow": workflow_id})
+        parent = rows[0]["parent_id"] if rows else None
+        params = {"workflow": workflow_id, "error_json": reason}
+        if parent is None:
+            cancelled = bool(await self._execute("cancel_workflow", q.cancel, params))
+        else:
+            cancelled = await self._end("cancel_workflow", q.cancel, params, parent=parent)
+        if not cancelled:
             await self._refuse(
                 workflow_id,
                 "cancel_workflow",
@@ -276,36 +286,55 @@ class SQLStore(WaitingOperations):
         children = await self._fetch("cancel_workflow", q.children, {"workflow": workflow_id})
         for child in children:
             with contextlib.suppress(InvalidStateError):  # it settled meanwhile
-                await self.cancel_workflow(child["id"])
+                await self.cancel_workflow(child["id"], reason)
 
-    async def _ended(
+    async def _end(
         self,
-        workflow_id: str,
         operation: str,
         statement: sa.Executable,
         params: Params,
+        *,
         parent: str | None = None,
+        history: Params | None = None,
     ) -> bool:
-        """Run ``statement``, which ends the workflow, and wake its parent if that waits on it.
+        """In one transaction: run ``statement``, which ends workflow ``params["workflow"]``
+        (False, writing nothing, when it matches no row), record its attempt's
+        ``history``, and wake its ``parent`` if that waits on it.
 
         The parent's row is locked first: a parent suspending on this child locks its
         own row before it looks at the child, so one of the two sees the other.
         """
-        q = self.statements
-        if parent is None:
-            rows = await self._fetch(operation, q.parent, {"workflow": workflow_id})
-            parent = rows[0]["parent_id"] if rows else None
-        params = {"workflow": workflow_id, **params}
-        if parent is None:
-            return bool(await self._execute(operation, statement, params))
+        q, bind = self.statements, self.dialect.bind_clock
         async with self._transaction(operation) as session:
-            await session.fetch(q.lock, {"workflow": parent})
-            if not await session.execute(statement, self.dialect.bind_clock(params)):
+            if parent is not None:
+                await session.fetch(q.lock, {"workflow": parent})
+            if not await session.execute(statement, bind(params)):
                 return False
-            waiting_for = f"{WaitKind.CHILD.value}:{workflow_id}"
-            wake = {"workflow": parent, "waiting_for": waiting_for}
-            await session.execute(q.wake, self.dialect.bind_clock(wake))
+            if history is not None:
+                await session.execute(q.record_attempt, bind({**params, **history}))
+            if parent is not None:
+                waiting_for = f"{WaitKind.CHILD.value}:{params['workflow']}"
+                await session.execute(
+                    q.wake, bind({"workflow": parent, "waiting_for": waiting_for})
+                )
         return True
+
+    # -- attempt history ------------------------------------------------------
+
+    async def record_attempt(
+        self, lease: Lease, outcome: str, error: str | None, ended_at: datetime | None = None
+    ) -> None:
+        """Record how the attempt of ``lease`` ended when it did not settle itself (it was
+        cancelled, timed out, or crashed: ``ended_at`` is then when its lease expired)."""
+        params = {"workflow": lease.workflow_id, "error_json": error, **_history(lease, outcome)}
+        params["ended"] = ended_at
+        await self._execute("record_attempt", self.statements.record_attempt, params)
+
+    async def load_attempts(self, workflow_id: str) -> list[AttemptRecord]:
+        """Every ended attempt of a workflow, oldest first."""
+        params = {"workflow": workflow_id}
+        rows = await self._fetch("load_attempts", self.statements.load_attempts, params)
+        return [attempt_from_row(row) for row in rows]
 
     # -- execution side (every write fenced by the lease) ---------------------
 
@@ -321,14 +350,24 @@ class SQLStore(WaitingOperations):
             "token": str(uuid.uuid4()),
             "lease_seconds": float(lease_seconds),
         }
-        if self.dialect.update_returning:
-            rows = await self._fetch("acquire", statement, params)
-        else:
-            async with self._transaction("acquire") as session:
-                params = self.dialect.bind_clock(params)
+        async with self._transaction("acquire") as session:
+            params = self.dialect.bind_clock(params)
+            prior = await session.fetch(q.prior, params)
+            if self.dialect.update_returning:
+                rows = await session.fetch(statement, params)
+            else:
                 changed = await session.execute(statement, params)
                 rows = await session.fetch(q.leased, params) if changed else []
-        return claimed_from_row(rows[0], worker_id, steps=self._steps_inline) if rows else None
+        if not rows:
+            return None
+        # Taken over from a running attempt: that attempt's lease expired (a crash).
+        reclaimed = prior[0]["status"] == WorkflowStatus.RUNNING.value
+        row = {
+            **{key: rows[0][key] for key in (*_CLAIMED_KEYS, *(("steps",) * self._steps_inline))},
+            "crashed_worker": prior[0]["locked_by"] if reclaimed else None,
+            "crashed_at": prior[0]["locked_until"] if reclaimed else None,
+        }
+        return claimed_from_row(row, worker_id, steps=self._steps_inline, crashed=True)
 
     async def _fenced(
         self, lease: Lease, operation: str, statement: sa.Executable, what: str, **params: Any
@@ -398,18 +437,40 @@ class SQLStore(WaitingOperations):
         parent ``parent_id`` if it waits on this workflow."""
         await self.check_values(f"settle as {status.value}", output, error)
         q = self.statements
-        params: dict[str, Any] = {"token": lease.token, "output_json": output, "error_json": error}
+        params: dict[str, Any] = {
+            "workflow": lease.workflow_id,
+            "token": lease.token,
+            "output_json": output,
+            "error_json": error,
+        }
         if status is WorkflowStatus.PENDING:
             params["delay_seconds"] = retry_delay_seconds
-            await self._fenced(lease, "settle", q.settle_retry, "settling as pending", **params)
-            return
-        params["outcome"] = status.value
-        if parent_id is None:
-            await self._fenced(
-                lease, "settle", q.settle_final, f"settling as {status.value}", **params
-            )
-        elif not await self._ended(lease.workflow_id, "settle", q.settle_final, params, parent_id):
+            statement, recorded, parent_id = q.settle_retry, q.settle_retry_recorded, None
+            params.update(_history(lease, "retry"))
+        else:
+            params["outcome"] = status.value
+            statement, recorded = q.settle_final, q.settle_final_recorded
+            params.update(_history(lease, status.value))
+        if parent_id is None and recorded is not None:
+            settled = bool(await self._execute("settle", recorded, params))
+        else:
+            settled = await self._end("settle", statement, params, parent=parent_id, history={})
+        if not settled:
             raise errors.lease_lost(lease, f"settling as {status.value}")
+
+
+def _history(lease: Lease, outcome: str) -> Params:
+    """The parameters of the attempt's history row, besides its workflow and error."""
+    return {
+        "attempt_no": lease.attempt,
+        "worker_name": lease.worker_id,
+        "started": lease.started_at,
+        "ended": None,
+        "ended_as": outcome,
+    }
+
+
+_CLAIMED_KEYS = tuple(column.name for column in CLAIMED_COLUMNS)
 
 
 def _unique(workflows: Sequence[NewWorkflow]) -> list[NewWorkflow]:

@@ -82,7 +82,7 @@ class WaitingOperations:
         try:
             async with self._transaction("suspend") as session:
                 bind = self.dialect.bind_clock
-                suspended = {**held, "deadline": deadline, "waiting_for": wait.waiting_for}
+                suspended = {**held, "wake_at": deadline, "waiting_for": wait.waiting_for}
                 # Our own row first (locked by these writes), then the condition: a sender
                 # or a settling child locks this row before it writes, so it either
                 # committed before the check or finds the row waiting and wakes it.

@@ -19,6 +19,7 @@ import anyio
 import asyncpg
 
 from durable_core.records import NewWorkflow, WorkflowStatus
+from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
 from durable_postgres.dialect import PostgresStatements
@@ -48,7 +49,7 @@ def report(what: str, result: tuple[float, float]) -> None:
 
 
 async def fill(db: asyncpg.Connection, pending: int) -> None:
-    await db.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
+    await db.execute(f"TRUNCATE {WORKFLOW_TABLES}")
     await db.execute(
         "INSERT INTO workflows (id, name, status, input, max_attempts, run_at, created_at, "
         "updated_at) SELECT gen_random_uuid()::text, 'bench', 'pending', '[1]', 3, "
@@ -62,7 +63,7 @@ async def main(url: str) -> None:
     db = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     async with PostgresStore(url) as store:
         await store.apply_schema()
-        await db.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
+        await db.execute(f"TRUNCATE {WORKFLOW_TABLES}")
         await timed(50, lambda: store.enqueue(rows(1)))  # warm the statement caches
         report("enqueue, 1 row", await timed(500, lambda: store.enqueue(rows(1))))
         batches = [rows(1000) for _ in range(20)]

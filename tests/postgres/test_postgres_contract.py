@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from durable_core.contract import ClaimerContract, StoreContract, Tamper
+from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 
 
@@ -22,7 +23,7 @@ async def durable_store(postgres_url: str) -> AsyncIterator[PostgresStore]:
     await store.apply_schema()
     conn = await asyncpg.connect(plain(postgres_url))
     try:
-        await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
+        await conn.execute(f"TRUNCATE {WORKFLOW_TABLES}")
     finally:
         await conn.close()
     yield store

@@ -35,6 +35,7 @@ from durable_core.records import (
     WaitKind,
     WorkflowStatus,
 )
+from durable_core.schema import WORKFLOW_TABLES
 from durable_core.store import Claimer, Store
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
@@ -73,7 +74,7 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
     await opened.apply_schema()
     conn = await asyncpg.connect(plain(postgres_url))
     try:
-        await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
+        await conn.execute(f"TRUNCATE {WORKFLOW_TABLES}")
     finally:
         await conn.close()
     try:
@@ -664,16 +665,18 @@ async def test_wait_for_work_ends_when_the_next_sleep_or_delayed_start_falls_due
     await store.enqueue([sleeper])
     claimed = await store.acquire(sleeper.id, worker_id="w", lease_seconds=30)
     assert claimed is not None
-    deadline = datetime.now(UTC) + timedelta(seconds=0.4)
+    deadline = datetime.now(UTC) + timedelta(seconds=0.5)
     wait = Wait(WaitKind.SLEEP, "", deadline, 0, "durable.sleep", "[]")
     assert await store.suspend(claimed.lease, wait, "null")
+    await anyio.sleep(0.05)  # the enqueue's NOTIFY has arrived: the claim below spends it
     assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
     started = time.monotonic()
     await store.wait_for_work(10)
-    assert 0.3 < time.monotonic() - started < 1.5, "woken by the sleep's end, not the timeout"
+    assert 0.2 < time.monotonic() - started < 1.5, "woken by the sleep's end, not the timeout"
     [woken] = await store.claim(worker_id="w", limit=5, lease_seconds=30)
     assert woken.id == sleeper.id
-    await store.enqueue(new(1, delay=0.4))
+    await store.enqueue(new(1, delay=0.6))
+    await anyio.sleep(0.1)  # the enqueue's NOTIFY has arrived: the claim below spends it
     assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
     started = time.monotonic()
     await store.wait_for_work(10)
@@ -745,10 +748,7 @@ async def empty_database_url(postgres_url: str) -> str:
         await admin.close()
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(
-            "DROP TABLE IF EXISTS workflow_steps, workflow_messages, workflow_events, "
-            "workflows, durable_schema_versions"
-        )
+        await conn.execute(f"DROP TABLE IF EXISTS {WORKFLOW_TABLES}, durable_schema_versions")
     finally:
         await conn.close()
     return url

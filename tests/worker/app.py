@@ -6,16 +6,23 @@ tests count real executions, not log lines.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 
 import anyio
 import asyncpg
 
 from durable_core import (
+    NonRetryableError,
+    RetryPolicy,
     WorkflowContext,
+    hookimpl,
     recv,
+    register_observer,
     sleep,
+    start_workflow,
     start_workflows,
     workflow,
     workflow_step,
@@ -234,3 +241,201 @@ async def fan_out_sum(n: int, hang_child: int = -1) -> int:
     for child in children:
         total += await child.output()
     return total
+
+
+# -- failure control (tests/worker/test_failure_control.py) ------------------------------------
+
+
+async def runs_of(step: str) -> int:
+    """How many times ``step`` has run in the current workflow (``step_runs`` rows)."""
+    ctx = WorkflowContext.current()
+    assert ctx is not None and _pool is not None
+    return int(
+        await _pool.fetchval(
+            "SELECT count(*) FROM step_runs WHERE workflow_id = $1 AND step = $2",
+            ctx.workflow_id,
+            step,
+        )
+    )
+
+
+class Flaky(Exception):
+    pass
+
+
+class CardDeclined(Exception):
+    pass
+
+
+@workflow_step(retry=RetryPolicy(max_attempts=4, initial_interval=0.1, backoff_coefficient=2))
+async def flaky(fails: int) -> str:
+    """Fails its first ``fails`` tries."""
+    await record("flaky")
+    tries = await runs_of("flaky")
+    if tries <= fails:
+        raise Flaky(f"try {tries} failed")
+    return f"succeeded on try {tries}"
+
+
+@workflow(max_attempts=3)
+async def retried_step(fails: int) -> str:
+    await first(0)
+    return await flaky(fails)
+
+
+@workflow_step(retry=RetryPolicy(max_attempts=5, initial_interval=0.05, give_up_on=(CardDeclined,)))
+async def declined_card(order: str) -> str:
+    await record("declined_card")
+    raise CardDeclined(f"card declined for {order}")
+
+
+@workflow_step(
+    retry=RetryPolicy(max_attempts=5, initial_interval=0.05, retry_on=(ConnectionError,))
+)
+async def not_a_connection_error(order: str) -> str:
+    await record("not_a_connection_error")
+    raise ValueError(f"bad order {order}")
+
+
+@workflow_step(retry=RetryPolicy(max_attempts=5, initial_interval=0.05))
+async def refused(order: str) -> str:
+    await record("refused")
+    raise NonRetryableError(f"order {order} refused")
+
+
+@workflow_step
+async def refused_without_policy(order: str) -> str:
+    await record("refused_without_policy")
+    raise NonRetryableError(f"order {order} refused, no policy")
+
+
+GIVES_UP = {
+    "give_up_on": declined_card,
+    "retry_on": not_a_connection_error,
+    "non_retryable": refused,
+    "non_retryable_no_policy": refused_without_policy,
+}
+
+
+@workflow(max_attempts=3)
+async def gives_up(kind: str) -> str:
+    """Its step's failure is not retried, by the step's policy nor by the workflow's budget."""
+    return await GIVES_UP[kind](kind)
+
+
+@workflow_step
+async def flaky_body_step(fails: int) -> str:
+    await record("flaky_body_step")
+    tries = await runs_of("flaky_body_step")
+    if tries <= fails:
+        raise Flaky(f"attempt {tries} failed")
+    return f"succeeded on attempt {tries}"
+
+
+@workflow(retry=RetryPolicy(max_attempts=3, initial_interval=0.3, backoff_coefficient=2))
+async def retried_workflow(fails: int) -> str:
+    return await flaky_body_step(fails)
+
+
+@workflow_step(timeout=0.3)
+async def stuck(key: str) -> str:
+    await record("stuck")
+    await anyio.sleep(3600)
+    return "never"
+
+
+@workflow_step(timeout=0.3, retry=RetryPolicy(max_attempts=2, initial_interval=0.05))
+async def stuck_once(key: str) -> str:
+    """Stuck on its first try; its retry returns at once."""
+    await record("stuck_once")
+    if await runs_of("stuck_once") == 1:
+        await anyio.sleep(3600)
+    return "second try"
+
+
+@workflow_step(timeout=0.3)
+def stuck_in_a_thread(key: str) -> str:
+    time.sleep(2)  # the thread is abandoned at the timeout and ends on its own
+    return "late"
+
+
+STUCK = {"async": stuck, "retried": stuck_once, "thread": stuck_in_a_thread}
+
+
+@workflow(max_attempts=1)
+async def times_out(kind: str) -> str:
+    return await STUCK[kind](kind)
+
+
+@workflow_step
+async def long_step(seconds: float) -> str:
+    """Sleeps ``seconds``; records how it ended (shielded, as the body may be cancelled)."""
+    await record("long")
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await record("long:cancelled")
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await record("long:finally")
+    return "finished"
+
+
+@workflow
+async def cancellable(seconds: float) -> str:
+    await first(0)
+    await long_step(seconds)
+    return str(await third(0))
+
+
+@workflow
+async def parent_of_cancellable(seconds: float) -> str:
+    """Starts ``cancellable(seconds)`` as its child and waits for it (holding no slot)."""
+    child = await start_workflow(cancellable, seconds)
+    return str(await child.output())
+
+
+HOOK_CALLS_DDL = """
+CREATE TABLE IF NOT EXISTS hook_calls (
+    workflow_id text NOT NULL,
+    hook text NOT NULL,
+    worker text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+"""One row per ``durable_workflow_cancelled`` or ``durable_lease_lost`` a worker fired."""
+
+
+class HookRecorder:
+    """Records cancels and lost leases in ``hook_calls`` (a worker started with
+    ``TEST_RECORD_HOOKS=1`` registers it)."""
+
+    def __init__(self) -> None:
+        self._writes: set[asyncio.Task[object]] = set()
+
+    def _write(self, hook: str, workflow_id: str, worker_id: str) -> None:
+        assert _pool is not None
+        write = asyncio.get_running_loop().create_task(
+            _pool.execute(
+                "INSERT INTO hook_calls (workflow_id, hook, worker) VALUES ($1, $2, $3)",
+                workflow_id,
+                hook,
+                worker_id,
+            )
+        )
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+
+    @hookimpl
+    def durable_workflow_cancelled(self, worker_id: str, workflow_id: str) -> None:
+        self._write("durable_workflow_cancelled", workflow_id, worker_id)
+
+    @hookimpl
+    def durable_lease_lost(self, worker_id: str, workflow_id: str) -> None:
+        self._write("durable_lease_lost", workflow_id, worker_id)
+
+
+if os.environ.get("TEST_RECORD_HOOKS"):
+    register_observer(HookRecorder(), name="test-hook-recorder")

@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from tests.worker.app import SIDE_TABLE_DDL
 
@@ -32,9 +33,7 @@ async def pg(postgres_url: str) -> AsyncIterator[PostgresStore]:
     conn = await asyncpg.connect(plain(postgres_url))
     try:
         await conn.execute(SIDE_TABLE_DDL)
-        await conn.execute(
-            "TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows, step_runs"
-        )
+        await conn.execute(f"TRUNCATE {WORKFLOW_TABLES}, step_runs")
     finally:
         await conn.close()
     try:

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 from durable_core import DurableClient
+from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from tests.worker import app
 from tests.worker.conftest import Workers, eventually
@@ -56,8 +57,7 @@ async def restartable() -> AsyncIterator[str]:
     conn = await asyncpg.connect(URL, timeout=30)
     try:
         await conn.execute(
-            "DROP TABLE IF EXISTS workflow_steps, workflow_messages, workflow_events, "
-            "workflows, durable_schema_versions, step_runs"
+            f"DROP TABLE IF EXISTS {WORKFLOW_TABLES}, durable_schema_versions, step_runs"
         )
         await conn.execute(app.SIDE_TABLE_DDL)
     finally:

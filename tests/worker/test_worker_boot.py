@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from durable_core import migrations
+from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from tests.conftest import drop_postgres_database, fresh_postgres_database
 from tests.worker.conftest import Workers, eventually
@@ -83,7 +84,7 @@ async def test_tables_dropped_under_a_running_worker_stop_it_with_one_line(
             )
 
         await eventually(listening, timeout=30, what="the worker to listen")
-        await db.execute("DROP TABLE workflow_steps, workflow_messages, workflow_events, workflows")
+        await db.execute(f"DROP TABLE {WORKFLOW_TABLES}")
     finally:
         await db.close()
     assert proc.wait(timeout=60) == 2

@@ -7,9 +7,11 @@ It implements the ``Store`` protocol by hand (no subclassing), and has no
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from durable_core.errors import InvalidDatabaseURLError
 from durable_core.records import (
+    AttemptRecord,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -69,8 +71,16 @@ class ExampleStore:
     async def retry_workflow(self, workflow_id: str) -> None:
         await self._inner.retry_workflow(workflow_id)
 
-    async def cancel_workflow(self, workflow_id: str) -> None:
-        await self._inner.cancel_workflow(workflow_id)
+    async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
+        await self._inner.cancel_workflow(workflow_id, reason)
+
+    async def record_attempt(
+        self, lease: Lease, outcome: str, error: str | None, ended_at: datetime | None = None
+    ) -> None:
+        await self._inner.record_attempt(lease, outcome, error, ended_at)
+
+    async def load_attempts(self, workflow_id: str) -> list[AttemptRecord]:
+        return await self._inner.load_attempts(workflow_id)
 
     async def acquire(
         self, workflow_id: str, *, worker_id: str, lease_seconds: float, due_only: bool = True
