@@ -52,7 +52,7 @@ from .hooks import hookimpl, register_observer, unregister_observer
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
 from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
-from .steps import Step, workflow_step
+from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
 from .waiting import recv, send, set_event, sleep, sleep_until
 
@@ -98,7 +98,9 @@ __all__ = [
     "WorkflowNotFinishedError",
     "WorkflowNotFoundError",
     "WorkflowStart",
+    "WorkflowTimeoutError",
     "WorkflowStatus",
+    "cleanup",
     "current_store",
     "default_registry",
     "get_handle",

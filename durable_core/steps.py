@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -210,3 +211,19 @@ def workflow_step(
         return Step(func, name=name or qualified_name(func), retry=retry, timeout=seconds)
 
     return decorate if fn is None else decorate(fn)
+
+
+@contextmanager
+def cleanup(seconds: float = 5.0) -> Iterator[anyio.CancelScope]:
+    """Shield clean-up code from the cancellation that stops a cancelled workflow (or a
+    timed-out step), for at most ``seconds``::
+
+        try:
+            await upload(part)
+        finally:
+            with durable_core.cleanup():
+                await delete_partial_upload(part)
+    """
+    with anyio.CancelScope(shield=True) as scope:
+        scope.deadline = anyio.current_time() + seconds
+        yield scope

@@ -306,3 +306,46 @@ async def test_cancelling_a_parent_stops_its_running_child_and_ends_waiting_and_
 async def sleeper_waits(sql: asyncpg.Connection, workflow_id: str) -> bool:
     status = await sql.fetchval("SELECT status FROM workflows WHERE id = $1", workflow_id)
     return bool(status == "waiting")
+
+
+async def test_a_workflow_timeout_ends_it_running_or_sleeping(
+    client: DurableClient, sql: asyncpg.Connection
+) -> None:
+    timed = client.with_options(timeout=1.0)
+    running = await timed.start_workflow(app.cancellable, 60.0)
+    sleeping = await timed.start_workflow(app.sleeper, 60.0)
+    started = time.monotonic()
+    for handle in (running, sleeping):
+        assert await handle.wait_with_timeout(10) is WorkflowStatus.CANCELLED
+    assert time.monotonic() - started < 4, "each ended at its deadline, not after its work"
+    for handle in (running, sleeping):
+        error = await handle.error()
+        assert error is not None and error["type"].endswith("WorkflowTimeoutError")
+        assert [a.outcome for a in await handle.attempts()] == ["timed_out"]
+    rows = await step_rows(sql, running.id)
+    assert [(r["step_name"], r["status"]) for r in rows] == [
+        (app.first.name, "succeeded"),
+        (app.long_step.name, "cancelled"),
+    ]
+    assert [r["status"] for r in await step_rows(sql, sleeping.id)] == ["cancelled"]
+
+
+async def test_a_crashed_attempt_stays_in_the_history(
+    pg: PostgresStore, sql: asyncpg.Connection, workers: Workers
+) -> None:
+    first = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2)
+    handle = await DurableClient(pg).start_workflow(app.cancellable, 2.0)
+
+    async def in_long_step() -> bool:
+        return len(await run_times(sql, handle.id, "long")) == 1
+
+    await eventually(in_long_step, timeout=15, what="the workflow to enter its long step")
+    crashed_worker = await sql.fetchval("SELECT locked_by FROM workflows WHERE id = $1", handle.id)
+    first.kill()
+    first.wait()
+    workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2)
+    assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
+    history = await handle.attempts()
+    assert [(a.attempt, a.outcome) for a in history] == [(1, "crashed"), (2, "succeeded")]
+    assert history[0].worker == crashed_worker != history[1].worker
+    assert history[0].error is not None and "stopped renewing its lease" in history[0].error
