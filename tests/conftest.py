@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from durable_core.schema import WORKFLOW_TABLES
+from durable_core.store import Store
+from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
 
 POSTGRES_URL = os.environ.get(
@@ -24,6 +26,26 @@ MYSQL_URL = os.environ.get("DURABLE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:330
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def sqlite_or_postgres(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Store]:
+    """An open store with the schema applied, on a fresh SQLite file (``durable.db`` in
+    ``tmp_path``) and on a fresh PostgreSQL database named after the test module."""
+    store: Store
+    if request.param == "sqlite":
+        store = SQLiteStore(f"sqlite:///{tmp_path / 'durable.db'}")
+    else:
+        module = request.module.__name__.rsplit(".", 1)[-1]
+        store = PostgresStore(await fresh_postgres_database(POSTGRES_URL, f"durable_{module}"))
+    await store.open()
+    await store.apply_schema()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

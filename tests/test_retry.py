@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -17,9 +15,6 @@ from durable_core.errors import ConfigurationError, RegistrationError
 from durable_core.retry import NonRetryableError, RetryPolicy, StepTimeoutError
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
-from durable_postgres import PostgresStore
-from durable_sqlite import SQLiteStore
-from tests.conftest import POSTGRES_URL, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
@@ -35,20 +30,11 @@ class Flaky(Exception):
     pass
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        opened: Store = SQLiteStore(f"sqlite:///{tmp_path / 'r.db'}")
-    else:
-        opened = PostgresStore(await fresh_postgres_database(POSTGRES_URL, "durable_test_retry"))
-    await opened.open()
-    await opened.apply_schema()
+@pytest.fixture
+def store(sqlite_or_postgres: Store) -> Store:
     TRIES.clear()
     FAILS.clear()
-    try:
-        yield opened
-    finally:
-        await opened.close()
+    return sqlite_or_postgres
 
 
 def runner(store: Store) -> WorkflowRunner:

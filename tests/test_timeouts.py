@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,9 +16,7 @@ from durable_core.config import WorkflowConfig
 from durable_core.errors import ConfigurationError, RegistrationError
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
-from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
-from tests.conftest import POSTGRES_URL, fresh_postgres_database
 from tests.test_cli import durable
 
 pytestmark = pytest.mark.anyio
@@ -28,20 +25,11 @@ RAN: list[str] = []
 FAILS: dict[str, int] = {}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        opened: Store = SQLiteStore(f"sqlite:///{tmp_path / 't.db'}")
-    else:
-        opened = PostgresStore(await fresh_postgres_database(POSTGRES_URL, "durable_test_timeouts"))
-    await opened.open()
-    await opened.apply_schema()
+@pytest.fixture
+def store(sqlite_or_postgres: Store) -> Store:
     RAN.clear()
     FAILS.clear()
-    try:
-        yield opened
-    finally:
-        await opened.close()
+    return sqlite_or_postgres
 
 
 def runner(store: Store) -> WorkflowRunner:
@@ -148,7 +136,7 @@ async def test_every_attempt_stays_readable_after_a_retry(store: Store, tmp_path
     assert all(a.worker == "in-process" and a.started_at is not None for a in history)
     assert [json.loads(a.error)["message"] for a in history[:2] if a.error] == ["h failed"] * 2
     if isinstance(store, SQLiteStore):
-        shown = durable("show", "--database-url", f"sqlite:///{tmp_path / 't.db'}", handle.id)
+        shown = durable("show", "--database-url", f"sqlite:///{tmp_path / 'durable.db'}", handle.id)
         assert shown.returncode == 0, shown.stderr
         lines = shown.stdout.split("attempts:")[1].split("steps:")[0].strip().splitlines()
         assert [line.split()[:2] for line in lines] == [

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import anyio
 import pytest
@@ -31,9 +29,6 @@ from durable_core import (
 from durable_core.config import WorkflowConfig
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
-from durable_postgres import PostgresStore
-from durable_sqlite import SQLiteStore
-from tests.conftest import POSTGRES_URL, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
@@ -42,19 +37,9 @@ FAIL_ONCE: set[str] = set()
 SHAPE: dict[str, str] = {}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        opened: Store = SQLiteStore(f"sqlite:///{tmp_path / 'w.db'}")
-    else:
-        url = await fresh_postgres_database(POSTGRES_URL, "durable_test_waiting")
-        opened = PostgresStore(url)
-    await opened.open()
-    await opened.apply_schema()
-    try:
-        yield opened
-    finally:
-        await opened.close()
+@pytest.fixture
+def store(sqlite_or_postgres: Store) -> Store:
+    return sqlite_or_postgres
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from typing import Any, Self
 import sqlalchemy as sa
 
 from .. import migrations
-from ..errors import FrameworkError, InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
+from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
 from ..records import (
     AttemptRecord,
     ClaimedWorkflow,
@@ -35,6 +35,7 @@ from ..schema import SCHEMA_VERSION
 from . import errors
 from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
+from .repeats import check_repeats, unique_starts
 from .rows import attempt_from_row, claimed_from_row, record_from_row, step_from_row
 from .statements import CLAIMED_COLUMNS, Statements, wf
 from .waiting import WaitingOperations
@@ -184,7 +185,7 @@ class SQLStore(WaitingOperations):
         :class:`~durable_core.errors.WorkflowConflictError` and nothing is written.
         Returns the ids written.
         """
-        batch = _unique(workflows)
+        batch = unique_starts(workflows)
         if not batch:
             return []
         for row in batch:
@@ -198,7 +199,7 @@ class SQLStore(WaitingOperations):
                 return await self._insert_new(session, batch, params)
         async with self._transaction("enqueue") as session:
             existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
-            _check_repeats(batch, existing)
+            check_repeats(batch, existing)
             taken = {found["id"] for found in existing}
             new = [row for row in batch if row.id not in taken]
             if new:
@@ -217,7 +218,7 @@ class SQLStore(WaitingOperations):
             skipped = [row for row in batch if row.id not in inserted]
             if skipped:
                 existing = await session.fetch(q.existing, {"ids": [row.id for row in skipped]})
-                _check_repeats(skipped, existing)
+                check_repeats(skipped, existing)
         return [row.id for row in batch if row.id in inserted]
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
@@ -471,42 +472,3 @@ def _history(lease: Lease, outcome: str) -> Params:
 
 
 _CLAIMED_KEYS = tuple(column.name for column in CLAIMED_COLUMNS)
-
-
-def _unique(workflows: Sequence[NewWorkflow]) -> list[NewWorkflow]:
-    """``workflows`` with repeats of one id dropped (a repeat must be the same start)."""
-    seen: dict[str, NewWorkflow] = {}
-    for row in workflows:
-        first = seen.setdefault(row.id, row)
-        if first is not row:
-            _check_repeats(
-                [row],
-                [
-                    {
-                        "id": first.id,
-                        "name": first.name,
-                        "input": first.input,
-                        "parent_id": first.parent_id,
-                    }
-                ],
-            )
-    return list(seen.values())
-
-
-def _check_repeats(rows: Sequence[NewWorkflow], existing: Sequence[Row]) -> None:
-    """Raise unless each of ``rows`` whose id is in ``existing`` repeats that start exactly."""
-    found = {row["id"]: row for row in existing}
-    for row in rows:
-        old = found.get(row.id)
-        if old is None:
-            continue
-        if old["name"] != row.name:
-            raise WorkflowConflictError(
-                f"workflow id {row.id!r} is taken by workflow {old['name']}; "
-                f"cannot start {row.name} under it"
-            )
-        if old["input"] != row.input:
-            raise WorkflowConflictError(
-                f"workflow {row.name} {row.id!r} was started with arguments {old['input']}; "
-                f"cannot start it again with {row.input}"
-            )
