@@ -38,7 +38,14 @@ _POOL_ONLY_OPTIONS = frozenset(
         "reset",
     }
 )
-_DEFAULT_SERVER_SETTINGS = {"application_name": "durable", "jit": "off"}
+# Every statement is prepared once per connection and planned once: a claim re-planned
+# on each call (PostgreSQL's choice once many rows sit waiting or pending) costs more
+# to plan than to run.
+_DEFAULT_SERVER_SETTINGS = {
+    "application_name": "durable",
+    "jit": "off",
+    "plan_cache_mode": "force_generic_plan",
+}
 _CLAIM_LISTEN_TIMEOUT = 5.0
 _MIN_WAIT = 0.005
 

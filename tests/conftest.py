@@ -33,13 +33,15 @@ async def sqlite_or_postgres(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Store]:
     """An open store with the schema applied, on a fresh SQLite file (``durable.db`` in
-    ``tmp_path``) and on a fresh PostgreSQL database named after the test module."""
+    ``tmp_path``) and on a fresh PostgreSQL database named after the test database and
+    the test module."""
     store: Store
     if request.param == "sqlite":
         store = SQLiteStore(f"sqlite:///{tmp_path / 'durable.db'}")
     else:
         module = request.module.__name__.rsplit(".", 1)[-1]
-        store = PostgresStore(await fresh_postgres_database(POSTGRES_URL, f"durable_{module}"))
+        base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
+        store = PostgresStore(await fresh_postgres_database(POSTGRES_URL, f"{base}_{module}"))
     await store.open()
     await store.apply_schema()
     try:

@@ -177,6 +177,17 @@ class Statements:
             .values(status=const(StepStatus.CANCELLED.value), completed_at=now)
         )
 
+        # -- forking: the new row is enqueued; its step cache copies the source's successes
+        copied = ("workflow_id", *STEP_FIELDS, "started_at", "completed_at")
+        self.copy_steps = d.insert(st).from_select(
+            list(copied),
+            sa.select(param("fork", sa.String()), *(st.c[name] for name in copied[1:])).where(
+                st.c.workflow_id == param("workflow"),
+                st.c.status == const(StepStatus.SUCCEEDED.value),
+                st.c.step_index < param("before", sa.Integer()),
+            ),
+        )
+
         self.acquire_due = self._acquire(sa.or_(due(d), woken(d), expired(d)))
         self.acquire_any = self._acquire(sa.or_(wf.c.status.in_([PENDING, WAITING]), expired(d)))
         self.leased = sa.select(*CLAIMED_COLUMNS).where(holds())
@@ -437,7 +448,8 @@ class Statements:
                 "output": new("output"),
                 "error": sa.null() if error is None else error,
                 "attempts": st.c.attempts + const(1) if tries else st.c.attempts,
-                "started_at": new("started_at"),
+                # A new try starts the row again; ending a wait keeps when it began.
+                "started_at": new("started_at") if tries else st.c.started_at,
                 "completed_at": new("completed_at"),
             },
         )
