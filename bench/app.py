@@ -11,7 +11,7 @@ import time
 
 import anyio
 
-from durable_core import workflow, workflow_step
+from durable_core import recv, sleep, workflow, workflow_step
 
 
 @workflow_step
@@ -56,6 +56,31 @@ async def hold(seconds: float) -> float:
 async def holding(seconds: float) -> float:
     """The memory workflow: stays in flight inside a step for ``seconds``."""
     return await hold(seconds)
+
+
+@workflow_step
+async def woke() -> str:
+    return "ok"
+
+
+@workflow
+async def wait_for_go() -> str:
+    """The wake-up workflow: suspends in ``recv("go")``; the ``started_at`` of the step
+    after it (``woke``, step index 1) is when the message woke it."""
+    await recv("go")
+    return await woke()
+
+
+@workflow
+async def parked(sleep_seconds: float | None) -> str:
+    """The waiting-memory workflow: one step, then a durable wait that outlasts the run,
+    a ``recv`` (``sleep_seconds`` None) or a ``sleep``."""
+    await mark()
+    if sleep_seconds is None:
+        await recv("never")
+    else:
+        await sleep(sleep_seconds)
+    return "woke"
 
 
 async def bare_add(n: int) -> int:

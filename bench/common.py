@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.store import normalize_url
 
@@ -142,8 +143,8 @@ async def prepare_schema(url: str) -> None:
 
 
 async def reset(conn: asyncpg.Connection) -> None:
-    """Empty the durable tables."""
-    await conn.execute("TRUNCATE workflow_steps, workflow_messages, workflow_events, workflows")
+    """Empty the durable tables (``CASCADE``: and any other table referencing workflows)."""
+    await conn.execute(f"TRUNCATE {WORKFLOW_TABLES} CASCADE")
 
 
 async def server_facts(conn: asyncpg.Connection) -> dict[str, str]:

@@ -75,15 +75,20 @@ async def run_steps(
 
 
 def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> list[Any]:
-    """The parameters of the enqueue statement (``sql.ENQUEUE.sql``) for ``count`` rows."""
-    return sql.positional(
-        sql.ENQUEUE,
-        ids=[new_workflow_id() for _ in range(count)],
-        names=[name] * count,
-        inputs=[input] * count,
-        max_attempts=[3] * count,
-        delays=[0.0] * count,
-    )
+    """The parameters of the enqueue statement (``sql.ENQUEUE.sql``) for ``count`` rows.
+
+    Any array the statement takes besides these (an optional per-row setting such as
+    the parent) is all NULL, as it is for a plain ``start_workflows``.
+    """
+    given = {
+        "ids": [new_workflow_id() for _ in range(count)],
+        "names": [name] * count,
+        "inputs": [input] * count,
+        "max_attempts": [3] * count,
+        "delays": [0.0] * count,
+    }
+    nulls = [None] * count
+    return sql.positional(sql.ENQUEUE, **{key: given.get(key, nulls) for key in sql.ENQUEUE.names})
 
 
 def claim_args(worker_id: str, limit: int) -> list[Any]:

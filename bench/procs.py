@@ -20,6 +20,12 @@ from bench.common import RESULTS_DIR, ROOT
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 @dataclass
 class Proc:
     """One worker process and where its output goes."""
@@ -34,8 +40,7 @@ class Proc:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the process has used so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
+        return cpu_seconds(self.pid)
 
     def rss_kib(self, key: str = "VmRSS") -> int:
         """A memory line of ``/proc/PID/status`` in KiB (``VmRSS`` now, ``VmHWM`` peak)."""
@@ -149,6 +154,28 @@ def fleet(url: str) -> Iterator[Fleet]:
         yield group
     finally:
         group.stop()
+
+
+async def worker_backends(conn: asyncpg.Connection) -> set[int]:
+    """The server processes of this database's sessions named ``durable*`` (workers, the
+    floor, and any ``PostgresStore`` of the bench itself)."""
+    rows = await conn.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name LIKE 'durable%' AND pid <> pg_backend_pid()"
+    )
+    return {row["pid"] for row in rows}
+
+
+async def server_cpu(conn: asyncpg.Connection, exclude: set[int]) -> dict[int, float]:
+    """CPU seconds used so far by each server process of :func:`worker_backends` but
+    ``exclude``; empty when ``/proc`` does not show them (the server runs elsewhere)."""
+    used = {}
+    for pid in await worker_backends(conn) - exclude:
+        try:
+            used[pid] = cpu_seconds(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+    return used
 
 
 async def listeners(conn: asyncpg.Connection) -> int:

@@ -127,7 +127,9 @@ def render(payload: dict[str, Any], results: list[ScenarioResult]) -> str:
         f"synchronous_commit {pg['synchronous_commit']}, fsync {pg['fsync']}",
         f"- command: `{payload['command']}` ({payload['seconds']:.0f} s)",
         "- ratio = durable-core / floor; the floor is bare asyncpg issuing the same statements "
-        "in the same run (for claim cost: the same claim at the smallest backlog)",
+        "in the same run (for claim cost: the same claim at the smallest backlog; for the "
+        "wake-up: a fresh start on the same worker; for the scenarios with waiting "
+        "workflows: the same measurement without them)",
         "",
         tables(results),
         END,

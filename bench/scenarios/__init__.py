@@ -6,11 +6,33 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 
 from bench.common import ScenarioResult, Settings
-from bench.scenarios import claim, e2e, enqueue, latency, memory, steps
+from bench.scenarios import (
+    claim,
+    claim_waiting,
+    e2e,
+    e2e_waiting,
+    enqueue,
+    latency,
+    memory,
+    memory_waiting,
+    steps,
+    wake,
+)
 
 Runner = Callable[[Settings, ScenarioResult], Awaitable[None]]
 
-ALL: tuple[ModuleType, ...] = (enqueue, e2e, latency, claim, steps, memory)
+ALL: tuple[ModuleType, ...] = (
+    enqueue,
+    e2e,
+    e2e_waiting,
+    latency,
+    wake,
+    claim,
+    claim_waiting,
+    steps,
+    memory,
+    memory_waiting,
+)
 """In the order a full run measures them (the slow, table-filling claim test late)."""
 
 BY_NAME: dict[str, ModuleType] = {module.NAME: module for module in ALL}

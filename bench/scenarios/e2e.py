@@ -11,11 +11,23 @@ the bench's own polling are excluded. Floor and framework trials alternate
 
 from __future__ import annotations
 
+import math
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
 import asyncpg
 
 from bench import app
 from bench.common import Figure, ScenarioResult, Settings, median, reset
-from bench.procs import Proc, fleet, listeners, wait_listening, wait_settled
+from bench.procs import (
+    Proc,
+    fleet,
+    listeners,
+    server_cpu,
+    wait_listening,
+    wait_settled,
+    worker_backends,
+)
 from durable_core import DurableClient
 from durable_postgres import PostgresStore
 
@@ -23,6 +35,18 @@ NAME = "e2e"
 TITLE = "End-to-end throughput, three trivial steps per workflow (workflows/s)"
 
 TARGET_RATIO = 0.70
+
+
+class Trial(NamedTuple):
+    """What one drain measured."""
+
+    rate: float
+    """Workflows per second."""
+    cpu_us: float
+    """Worker CPU microseconds per workflow."""
+    server_cpu_us: float
+    """CPU microseconds per workflow of the server processes serving the workers (NaN
+    when ``/proc`` does not show them)."""
 
 
 async def drain(
@@ -34,9 +58,19 @@ async def drain(
     processes: int,
     concurrency: int,
     count: int,
-) -> tuple[float, float]:
-    """One trial: ``(workflows per second, worker CPU microseconds per workflow)``."""
+    prepare: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+) -> Trial:
+    """One trial: throughput, worker CPU and server CPU per workflow.
+
+    ``prepare`` fills the emptied tables before any worker starts (``e2e_waiting``);
+    the figures count the drained workflows (``three_steps``) only.
+    """
     await reset(conn)
+    settled = 0
+    if prepare is not None:
+        await prepare(conn)
+        settled = await conn.fetchval("SELECT count(*) FROM workflows WHERE status = 'succeeded'")
+    bench_sessions = await worker_backends(conn)  # the bench's own store
     with fleet(settings.url) as group:
         before = await listeners(conn)
         procs: list[Proc] = []
@@ -47,19 +81,31 @@ async def drain(
                 procs.append(group.start_worker(concurrency=concurrency))
         await wait_listening(conn, procs, before + processes)
         cpu_before = sum(proc.cpu_seconds() for proc in procs)
+        server_before = await server_cpu(conn, bench_sessions)
         await client.start_workflows(app.three_steps, [(i,) for i in range(count)])
-        await wait_settled(conn, procs, count, timeout=30 if settings.smoke else 180)
+        await wait_settled(conn, procs, settled + count, timeout=30 if settings.smoke else 180)
         cpu = sum(proc.cpu_seconds() for proc in procs) - cpu_before
+        server_after = await server_cpu(conn, bench_sessions)
+    server = sum(used - server_before.get(pid, 0.0) for pid, used in server_after.items())
+    # The drained workflows only: ``prepare`` may have put others in the tables.
     span = await conn.fetchval(
-        "SELECT extract(epoch FROM (SELECT max(completed_at) FROM workflows)"
-        " - (SELECT min(started_at) FROM workflow_steps))"
+        "SELECT extract(epoch FROM (SELECT max(completed_at) FROM workflows WHERE name = $1)"
+        " - (SELECT min(s.started_at) FROM workflow_steps s"
+        " JOIN workflows w ON w.id = s.workflow_id AND w.name = $1))",
+        app.three_steps.name,
     )
-    steps = await conn.fetchval("SELECT count(*) FROM workflow_steps WHERE status = 'succeeded'")
+    steps = await conn.fetchval(
+        "SELECT count(*) FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id"
+        " WHERE s.status = 'succeeded' AND w.name = $1",
+        app.three_steps.name,
+    )
     if steps != 3 * count:
         raise RuntimeError(
             f"{kind}: {steps} succeeded steps for {count} workflows, expected 3 each"
         )
-    return count / float(span), cpu / count * 1e6
+    return Trial(
+        count / float(span), cpu / count * 1e6, server / count * 1e6 if server_after else math.nan
+    )
 
 
 async def run(settings: Settings, result: ScenarioResult) -> None:
@@ -84,7 +130,7 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             for trial in range(trials):
                 order = ("floor", "framework") if trial % 2 == 0 else ("framework", "floor")
                 for kind in order:
-                    rate, cpu_us = await drain(
+                    rate, cpu_us, _ = await drain(
                         settings,
                         conn,
                         client,
