@@ -8,14 +8,17 @@ import inspect
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import anyio
 
 from .backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
+from .client import DurableClient
 from .config import WorkflowConfig
 from .errors import ConfigurationError, FrameworkError
 from .failures import load_error
@@ -126,6 +129,35 @@ async def _worker(args: argparse.Namespace) -> int:
     return 1 if worker.abandoned else 0
 
 
+def _json_option(option: str, text: str, kind: type[list[Any]] | type[dict[str, Any]]) -> Any:
+    """The JSON array or object an option was given."""
+    what = "an array" if kind is list else "an object"
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"{option} is not valid JSON ({exc}): {text[:80]!r}") from None
+    if not isinstance(value, kind):
+        raise ConfigurationError(f"{option} takes {what} in JSON, got {text[:80]!r}")
+    return value
+
+
+async def _start(args: argparse.Namespace) -> int:
+    positional = _json_option("--args", args.args, list)
+    keywords = _json_option("--kwargs", args.kwargs, dict)
+    import_app(args.app, None)
+    definition = default_registry.get(args.name, importer=f"--app (or ${APP_ENV})")
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        client = DurableClient(store)
+        if args.workflow_id is None:
+            handle = await client.start_workflow(definition, *positional, **keywords)
+        else:
+            handle = await client.start_workflow_with_id(
+                args.workflow_id, definition, *positional, **keywords
+            )
+    print(handle.id)
+    return 0
+
+
 async def _migrate(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         await store.apply_schema()
@@ -147,20 +179,10 @@ def _alembic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(value: str | None) -> WorkflowStatus | None:
-    if value is None:
-        return None
-    try:
-        return WorkflowStatus(value)
-    except ValueError:
-        choices = ", ".join(s.value for s in WorkflowStatus)
-        raise ConfigurationError(f"unknown status {value!r}; one of {choices}") from None
-
-
 async def _list(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        records = await store.list_workflows(
-            status=_status(args.status), name=args.name, limit=args.limit
+        records = await DurableClient(store).list_workflows(
+            status=args.status, name=args.name, limit=args.limit
         )
     if args.json:
         print(json.dumps([_record_json(r) for r in records], indent=2))
@@ -212,11 +234,10 @@ def _record_json(record: Any) -> dict[str, Any]:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    from .handle import WorkflowHandle
-
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        handle: WorkflowHandle[Any] = WorkflowHandle(store, args.workflow_id)
-        record = await handle.info()
+        client = DurableClient(store)
+        record = await client.get(args.workflow_id)
+        handle = client.handle(args.workflow_id)
         steps = await handle.steps()
         attempts = await handle.attempts()
     if args.json:
@@ -282,14 +303,14 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _retry(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        await store.retry_workflow(args.workflow_id)
+        await DurableClient(store).retry(args.workflow_id)
     print(f"workflow {args.workflow_id} is pending again; its succeeded steps stay cached")
     return 0
 
 
 async def _cancel(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        await store.cancel_workflow(args.workflow_id)
+        await DurableClient(store).cancel(args.workflow_id)
     print(f"workflow {args.workflow_id} cancelled")
     return 0
 
@@ -300,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="durable", description="Durable workflows: worker, schema and operations."
     )
     parser.add_argument("--log-level", default=os.environ.get("DURABLE_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def with_database(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -314,19 +336,31 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sub
 
-    worker = with_database(commands.add_parser("worker", help="claim and run workflows"))
-    worker.add_argument(
-        "-a",
-        "--app",
-        action="append",
-        default=[m for m in os.environ.get(APP_ENV, "").split(",") if m],
-        help=f"module defining workflows (repeatable; default: ${APP_ENV}, comma-separated)",
-    )
+    def with_app(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "-a",
+            "--app",
+            action="append",
+            default=[m for m in os.environ.get(APP_ENV, "").split(",") if m],
+            help=f"module defining workflows (repeatable; default: ${APP_ENV}, comma-separated)",
+        )
+        return sub
+
+    worker = with_app(with_database(commands.add_parser("worker", help="claim and run workflows")))
     worker.add_argument("--bootstrap", help="module:function to call once before claiming")
     worker.add_argument("--concurrency", type=int, help="overrides WORKFLOW_CONCURRENCY")
     worker.add_argument("--worker-id", help="default: host:pid:random")
     worker.add_argument("--migrate", action="store_true", help="apply the schema first")
     worker.set_defaults(run=_worker)
+
+    start = with_app(with_database(commands.add_parser("start", help="start a workflow")))
+    start.add_argument("name", help="the workflow's registered name (module.qualname)")
+    start.add_argument("--args", default="[]", help="positional arguments, a JSON array")
+    start.add_argument("--kwargs", default="{}", help="keyword arguments, a JSON object")
+    start.add_argument(
+        "--id", dest="workflow_id", help="the workflow id, started at most once (default: new)"
+    )
+    start.set_defaults(run=_start)
 
     migrate = with_database(
         commands.add_parser("migrate", help="create or upgrade the durable tables in place")
@@ -365,7 +399,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``durable`` and ``python -m durable_core``."""
+    """Entry point of ``durable`` and ``python -m durable_core``.
+
+    When the reader of stdout goes away (``durable list | head -1``), the command stops
+    quietly with the exit code of a process killed by SIGPIPE (the recipe of Python's
+    ``signal`` documentation; SIGPIPE itself stays ignored, so a closed socket is an
+    error, not the end of a worker).
+    """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader gone shows up inside the try
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.log_level)
     try:
@@ -381,6 +433,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(error)
         raise
     return code
+
+
+def _version() -> str:
+    try:
+        return version("durable-core")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _fail(exc: FrameworkError) -> int:

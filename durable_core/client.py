@@ -30,7 +30,7 @@ from .errors import ConfigurationError, InvalidArgumentsError, RegistrationError
 from .handle import WorkflowHandle
 from .hooks import observers
 from .journal import body_context, derived_id, once
-from .records import NewWorkflow
+from .records import NewWorkflow, WorkflowRecord, WorkflowStatus
 from .registry import Workflow, as_workflow, positive_seconds
 from .serialization import encode, encode_arguments
 from .store import Store
@@ -288,6 +288,60 @@ class DurableClient:
     def handle(self, workflow_id: str) -> WorkflowHandle[Any]:
         """A handle to an existing workflow."""
         return WorkflowHandle(self.store, workflow_id)
+
+    # -- administration ---------------------------------------------------------------------
+
+    async def list_workflows(
+        self,
+        *,
+        status: WorkflowStatus | str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[WorkflowRecord]:
+        """The newest workflows first, optionally only those with ``status`` (a
+        :class:`WorkflowStatus` or its value) and the workflow name ``name``."""
+        if isinstance(status, str) and not isinstance(status, WorkflowStatus):
+            try:
+                status = WorkflowStatus(status)
+            except ValueError:
+                choices = ", ".join(s.value for s in WorkflowStatus)
+                raise ConfigurationError(f"unknown status {status!r}; one of {choices}") from None
+        if limit < 1:
+            raise ConfigurationError(f"limit must be at least 1, got {limit}")
+        return await self.store.list_workflows(status=status, name=name, limit=limit)
+
+    async def get(self, workflow_id: str) -> WorkflowRecord:
+        """The row of workflow ``workflow_id``; :class:`WorkflowNotFoundError` if none."""
+        return await self.handle(workflow_id).info()
+
+    async def retry(self, workflow_id: str) -> None:
+        """Put a failed or cancelled workflow back to pending with a fresh attempt budget;
+        its succeeded steps stay cached, so it resumes where it stopped."""
+        await self.store.retry_workflow(workflow_id)
+
+    async def fork(self, workflow_id: str, *, from_step: int) -> WorkflowHandle[Any]:
+        """Start a new workflow (a new id) with the name, input, attempt budget and timeout
+        of ``workflow_id``, whose step cache holds copies of its succeeded steps before
+        index ``from_step``: it replays those and runs again from step ``from_step``.
+        The original is left as it is."""
+        if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
+            raise ConfigurationError(f"from_step is a step index (0 or more), got {from_step!r}")
+        source = await self.get(workflow_id)
+        timeout = None
+        if source.deadline is not None:
+            timeout = (source.deadline - source.created_at).total_seconds()
+        row = NewWorkflow(
+            id=new_workflow_id(),
+            name=source.name,
+            input=source.input,
+            max_attempts=source.max_attempts,
+            timeout_seconds=timeout,
+        )
+        await self.store.fork_workflow(row, workflow_id, from_step)
+        observers().durable_workflow_enqueued(
+            workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
+        )
+        return WorkflowHandle(self.store, row.id, row.name)
 
 
 async def start_workflow(

@@ -62,14 +62,15 @@ class Registry:
         if not any(_same_function(entry.fn, definition.fn) for entry in entries):
             entries.append(definition)
 
-    def get(self, name: str) -> Workflow[Any, Any]:
-        """The workflow registered under ``name``."""
+    def get(self, name: str, *, importer: str = "the worker") -> Workflow[Any, Any]:
+        """The workflow registered under ``name``; the error for an unknown name asks whether
+        ``importer`` imports the module that defines it."""
         entries = self._by_name.get(name)
         if not entries:
             known = ", ".join(sorted(self._by_name)) or "none"
             raise UnknownWorkflowError(
                 f"no registered workflow is named {name!r} (registered: {known}); "
-                "is the module that defines it imported by the worker?"
+                f"is the module that defines it imported by {importer}?"
             )
         if len(entries) > 1:
             self.assert_no_duplicates()

@@ -101,6 +101,14 @@ class Store(Protocol):
         the workflow wakes. ``reason`` (an error JSON) is recorded as its error."""
         ...
 
+    async def fork_workflow(self, workflow: NewWorkflow, source_id: str, before_step: int) -> None:
+        """Insert the pending workflow ``workflow`` (a new id) with copies of the succeeded
+        steps of workflow ``source_id`` whose index is below ``before_step`` as its step
+        cache, in one transaction: it replays those and runs on from ``before_step``.
+        An id that exists already raises
+        :class:`~durable_core.errors.WorkflowConflictError`, writing nothing."""
+        ...
+
     async def record_attempt(
         self, lease: Lease, outcome: str, error: str | None, ended_at: datetime | None = None
     ) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
+import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -171,3 +174,145 @@ async def test_list_and_show_say_what_a_waiting_workflow_waits_for(
     as_json = json.loads(durable("show", "--json", "--database-url", url, handle.id).stdout)
     assert as_json["waiting_for"] == "message:payment"
     assert as_json["wake_at"] == deadline.isoformat()
+
+
+def test_version() -> None:
+    result = durable("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"durable {importlib.metadata.version('durable-core')}"
+
+
+def into_a_closed_pipe(*args: str) -> tuple[int, str]:
+    """Run ``durable`` with a stdout nobody reads any more (``durable ... | head -1`` once
+    head has exited): its exit code and stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "durable_core", "--log-level", "WARNING", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+    finally:
+        os.close(write)
+    return proc.returncode, proc.stderr
+
+
+async def test_list_and_show_into_a_closed_pipe_stop_quietly(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    workflow_id = await failed_workflow(sqlite_store)
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    for args in (
+        ["list"],
+        ["list", "--json"],
+        ["show", workflow_id],
+        ["show", "--json", workflow_id],
+    ):
+        code, stderr = into_a_closed_pipe(*args, "--database-url", url)
+        assert (code, stderr) == (128 + signal.SIGPIPE, ""), args
+
+
+@workflow
+async def hello(name: str, punctuation: str = "!") -> str:
+    return await greet(name) + punctuation
+
+
+async def test_start_enqueues_a_registered_workflow(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    common = ["--app", "tests.test_cli", "--database-url", url]
+    started = durable(
+        "start", hello.name, "--args", '["ada"]', "--kwargs", '{"punctuation": "?"}', *common
+    )
+    assert started.returncode == 0, started.stderr
+    workflow_id = started.stdout.strip()
+    assert (
+        await WorkflowRunner(sqlite_store).run_until_complete(workflow_id)
+        is WorkflowStatus.SUCCEEDED
+    )
+    assert await DurableClient(sqlite_store).handle(workflow_id).output() == "hello ada?"
+
+    chosen = [
+        durable("start", hello.name, "--args", '["bob"]', "--id", "hello-bob", *common)
+        for _ in range(2)
+    ]
+    assert [(r.returncode, r.stdout) for r in chosen] == [(0, "hello-bob\n")] * 2, "started once"
+    assert len(await sqlite_store.list_workflows(name=hello.name)) == 2
+
+
+def test_start_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    assert durable("migrate", "--database-url", url).returncode == 0
+    common = ["--app", "tests.test_cli", "--database-url", url]
+    cases = {
+        "is not valid JSON": ["start", hello.name, "--args", '["ada"', *common],
+        "--args takes an array in JSON": [
+            "start",
+            hello.name,
+            "--args",
+            '{"name": "ada"}',
+            *common,
+        ],
+        "--kwargs takes an object in JSON": ["start", hello.name, "--kwargs", "[1]", *common],
+        "no registered workflow is named 'tests.test_cli.nope'": [
+            "start",
+            "tests.test_cli.nope",
+            *common,
+        ],
+        "imported by --app": ["start", "tests.test_cli.nope", *common],
+        "arguments do not fit workflow": ["start", hello.name, "--args", "[1, 2, 3]", *common],
+        "cannot import workflow module 'no_such_module'": [
+            "start",
+            hello.name,
+            "--app",
+            "no_such_module",
+            "--database-url",
+            url,
+        ],
+        "cannot start it again": [
+            "start",
+            hello.name,
+            "--args",
+            '["eve"]',
+            "--id",
+            "hello-bob",
+            *common,
+        ],
+    }
+    assert (
+        durable("start", hello.name, "--args", '["bob"]', "--id", "hello-bob", *common).returncode
+        == 0
+    )
+    for expected, args in cases.items():
+        result = durable(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert result.stdout == ""
+    assert durable("list", "--json", "--database-url", url).stdout.count('"id"') == 1
+
+
+def test_start_uses_the_embedded_database_when_no_url_is_given(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DURABLE_DATABASE_URL"}
+    env["DURABLE_EMBEDDED_DIR"] = str(tmp_path / "pgdata")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "durable_core", "--log-level", "WARNING", *args]
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env
+        )
+
+    assert run("migrate").returncode == 0
+    started = run("start", hello.name, "--app", "tests.test_cli", "--args", '["ada"]')
+    assert started.returncode == 0, started.stderr
+    [listed] = json.loads(run("list", "--json").stdout)
+    assert (listed["id"], listed["name"], listed["status"]) == (
+        started.stdout.strip(),
+        hello.name,
+        "pending",
+    )
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists(), "the server was stopped"

@@ -581,6 +581,73 @@ class StoreContract(WaitingContract):
         with pytest.raises(WorkflowNotFoundError):
             await durable_store.cancel_workflow(new_workflow().id)
 
+    # -- forking --------------------------------------------------------------
+
+    async def _with_steps(self, store: Store) -> ClaimedWorkflow:
+        """A failed workflow whose steps 0 and 1 succeeded, 2 failed and 3 succeeded."""
+        claimed = await self.acquired(store, input='{"args":["fork"],"kwargs":{}}', max_attempts=4)
+        for index in range(4):
+            await store.start_step(claimed.lease, index, f"s{index}", f'"in{index}"')
+            if index == 2:
+                await store.fail_step(claimed.lease, index, '"boom"')
+            else:
+                await store.complete_step(claimed.lease, index, f'"out{index}"')
+        await store.settle(claimed.lease, WorkflowStatus.FAILED, error='"boom"')
+        return claimed
+
+    async def test_fork_copies_the_succeeded_steps_before_the_index(
+        self, durable_store: Store
+    ) -> None:
+        source = await self._with_steps(durable_store)
+        before = await snapshot(durable_store, source.id)
+        copies = {}
+        for before_step in (0, 1, 3, 9):
+            fork = new_workflow(id=f"fork-{before_step}")
+            fork = dataclasses.replace(fork, name=source.name, input=source.input, max_attempts=4)
+            await durable_store.fork_workflow(fork, source.id, before_step)
+            got = await self.record(durable_store, fork.id)
+            assert (got.status, got.name, got.input) == (
+                WorkflowStatus.PENDING,
+                source.name,
+                source.input,
+            )
+            assert (got.attempts, got.max_attempts, got.output, got.error) == (0, 4, None, None)
+            copies[before_step] = await durable_store.load_steps(fork.id)
+        assert await snapshot(durable_store, source.id) == before, "the source is unchanged"
+        original = {step.step_index: step for step in before.steps}
+        assert [[s.step_index for s in steps] for steps in copies.values()] == [
+            [],
+            [0],
+            [0, 1],
+            [0, 1, 3],
+        ]
+        for step in copies[9]:
+            assert step == original[step.step_index]
+        again = await durable_store.acquire("fork-3", worker_id="w", lease_seconds=30)
+        assert again is not None and again.attempts == 1
+
+    async def test_fork_under_a_taken_id_conflicts_and_writes_nothing(
+        self, durable_store: Store
+    ) -> None:
+        source = await self._with_steps(durable_store)
+        taken = await self.enqueue_one(durable_store)
+        before = await snapshot(durable_store, taken)
+        fork = new_workflow(id=taken)
+        with pytest.raises(WorkflowConflictError):
+            await durable_store.fork_workflow(fork, source.id, 2)
+        assert await snapshot(durable_store, taken) == before
+
+    async def test_a_fork_resumes_from_its_step(self, durable_store: Store, key: str) -> None:
+        handle = await DurableClient(durable_store).start_workflow(wfs.three_steps, key)
+        runner = self.runner(durable_store)
+        assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+        fork = await DurableClient(durable_store).fork(handle.id, from_step=1)
+        assert fork.id != handle.id
+        assert await runner.run_until_complete(fork) is WorkflowStatus.SUCCEEDED
+        assert await fork.output() == await handle.output()
+        assert wfs.CALLS[key] == ["one", "two", "three", "two", "three"], "step 0 replayed"
+        assert [s.attempts for s in await fork.steps()] == [1, 1, 1]
+
     # -- fencing --------------------------------------------------------------
 
     async def _stale_lease(self, store: Store, kind: str) -> tuple[Lease, Lease | None]:

@@ -20,7 +20,12 @@ from typing import Any, Self
 import sqlalchemy as sa
 
 from .. import migrations
-from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
+from ..errors import (
+    FrameworkError,
+    InvalidStateError,
+    WorkflowConflictError,
+    WorkflowNotFoundError,
+)
 from ..records import (
     AttemptRecord,
     ClaimedWorkflow,
@@ -190,21 +195,26 @@ class SQLStore(WaitingOperations):
             return []
         for row in batch:
             await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
+        if self.statements.enqueue_returns_ids and len(batch) == 1:
+            # Nothing else to roll back on a conflict: one statement, no transaction.
+            [params] = self.statements.enqueue_params(batch)
+            return await self._insert_new(self.connector, batch, params)
+        async with self._transaction("enqueue") as session:
+            return await self._enqueue_in(session, batch)
+
+    async def _enqueue_in(self, session: Session, batch: Sequence[NewWorkflow]) -> list[str]:
+        """Enqueue ``batch`` (unique ids) inside the transaction ``session``."""
         q = self.statements
         if q.enqueue_returns_ids:
             [params] = q.enqueue_params(batch)
-            if len(batch) == 1:  # nothing else to roll back on a conflict: one statement
-                return await self._insert_new(self.connector, batch, params)
-            async with self._transaction("enqueue") as session:
-                return await self._insert_new(session, batch, params)
-        async with self._transaction("enqueue") as session:
-            existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
-            check_repeats(batch, existing)
-            taken = {found["id"] for found in existing}
-            new = [row for row in batch if row.id not in taken]
-            if new:
-                bound = [self.dialect.bind_clock(p) for p in q.enqueue_params(new)]
-                await session.execute_many(q.enqueue, bound)
+            return await self._insert_new(session, batch, params)
+        existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
+        check_repeats(batch, existing)
+        taken = {found["id"] for found in existing}
+        new = [row for row in batch if row.id not in taken]
+        if new:
+            bound = [self.dialect.bind_clock(p) for p in q.enqueue_params(new)]
+            await session.execute_many(q.enqueue, bound)
         return [row.id for row in new]
 
     async def _insert_new(
@@ -288,6 +298,18 @@ class SQLStore(WaitingOperations):
         for child in children:
             with contextlib.suppress(InvalidStateError):  # it settled meanwhile
                 await self.cancel_workflow(child["id"], reason)
+
+    async def fork_workflow(self, workflow: NewWorkflow, source_id: str, before_step: int) -> None:
+        """Insert ``workflow`` with copies of ``source_id``'s succeeded steps below index
+        ``before_step`` as its step cache, in one transaction; an existing id conflicts."""
+        await self.check_values(f"fork of workflow {source_id}", workflow.input, workflow.name)
+        params = {"workflow": source_id, "fork": workflow.id, "before": before_step}
+        async with self._transaction("fork_workflow") as session:
+            if not await self._enqueue_in(session, [workflow]):
+                raise WorkflowConflictError(
+                    f"cannot fork workflow {source_id} as {workflow.id!r}: that id is taken"
+                )
+            await session.execute(self.statements.copy_steps, params)
 
     async def _end(
         self,

@@ -1,13 +1,16 @@
 """PostgreSQL restarted under load: workers carry on and every workflow completes.
 
-The restart happens on a cluster of its own (port 5433, created on first use
-with Debian's pg_createcluster) so the rest of the suite keeps its server.
+The restart happens on a cluster of its own, so the rest of the suite keeps its
+server: Debian's ``pg_createcluster`` makes it on a free port when the session
+first needs it, and it is stopped and dropped when the session ends. A cluster
+left by a run that crashed (its pytest process is gone) is dropped first.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,40 +24,95 @@ from durable_postgres import PostgresStore
 from tests.worker import app
 from tests.worker.conftest import Workers, eventually
 
-PORT = int(os.environ.get("DURABLE_TEST_RESTART_PORT", "5433"))
-CLUSTER = "durable_restart"
-URL = f"postgresql://postgres@127.0.0.1:{PORT}/postgres"
+CLUSTER_PREFIX = "durable_restart"
 
 
 def _version() -> str:
     return sorted(os.listdir("/etc/postgresql"))[-1]
 
 
-def _ctl(*args: str) -> None:
-    subprocess.run(["pg_ctlcluster", _version(), CLUSTER, *args], check=True, timeout=120)
-
-
-def _cluster_status() -> str | None:
+def _clusters() -> dict[str, str]:
+    """The clusters of this PostgreSQL version: name to status."""
     listing = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True)
-    for line in listing.stdout.splitlines():
-        parts = line.split()
-        if len(parts) > 3 and parts[1] == CLUSTER:
-            return parts[3]
-    return None
+    return {
+        parts[1]: parts[3]
+        for parts in (line.split() for line in listing.stdout.splitlines())
+        if len(parts) > 3 and parts[0] == _version()
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _drop(name: str) -> None:
+    subprocess.run(
+        ["pg_dropcluster", "--stop", _version(), name], check=True, capture_output=True, timeout=120
+    )
+
+
+def _drop_leftovers() -> None:
+    """Drop the clusters of earlier sessions whose pytest process is gone (a crashed run)."""
+    for name in _clusters():
+        owner = name.removeprefix(f"{CLUSTER_PREFIX}_")
+        if name == CLUSTER_PREFIX or (
+            name.startswith(f"{CLUSTER_PREFIX}_") and owner.isdigit() and not _alive(int(owner))
+        ):
+            _drop(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Cluster:
+    """A PostgreSQL cluster this session made, on a free port."""
+
+    def __init__(self, name: str, port: int) -> None:
+        self.name = name
+        self.port = port
+        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def ctl(self, *args: str) -> None:
+        subprocess.run(["pg_ctlcluster", _version(), self.name, *args], check=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def restart_cluster(request: pytest.FixtureRequest) -> Cluster:
+    """A cluster of this session's own (named after its pid), dropped when the session ends."""
+    _drop_leftovers()
+    cluster = Cluster(f"{CLUSTER_PREFIX}_{os.getpid()}", _free_port())
+
+    def drop() -> None:
+        if cluster.name in _clusters():
+            _drop(cluster.name)
+
+    request.addfinalizer(drop)  # registered first: a half-made cluster is dropped too
+    create = ["pg_createcluster", _version(), cluster.name, "-p", str(cluster.port), "--start"]
+    subprocess.run(
+        [*create, "--", "--auth=trust"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return cluster
 
 
 @pytest.fixture
-async def restartable() -> AsyncIterator[str]:
-    if _cluster_status() is None:
-        subprocess.run(
-            ["pg_createcluster", _version(), CLUSTER, "-p", str(PORT), "--", "--auth=trust"],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-    if _cluster_status() != "online":
-        _ctl("start")
-    conn = await asyncpg.connect(URL, timeout=30)
+async def restartable(restart_cluster: Cluster) -> AsyncIterator[str]:
+    """The URL of the session's own cluster, running, on empty tables."""
+    if _clusters().get(restart_cluster.name) != "online":
+        restart_cluster.ctl("start")
+    conn = await asyncpg.connect(restart_cluster.url, timeout=30)
     try:
         await conn.execute(
             f"DROP TABLE IF EXISTS {WORKFLOW_TABLES}, durable_schema_versions, step_runs"
@@ -62,11 +120,11 @@ async def restartable() -> AsyncIterator[str]:
         await conn.execute(app.SIDE_TABLE_DDL)
     finally:
         await conn.close()
-    yield URL
+    yield restart_cluster.url
 
 
 async def test_workers_survive_a_postgres_restart_under_load(
-    restartable: str, tmp_path: Path
+    restart_cluster: Cluster, restartable: str, tmp_path: Path
 ) -> None:
     store = PostgresStore(restartable)
     await store.open()
@@ -97,7 +155,7 @@ async def test_workers_survive_a_postgres_restart_under_load(
             )
         }
         await sql.close()
-        _ctl("restart", "-m", "fast")
+        restart_cluster.ctl("restart", "-m", "fast")
         sql = await asyncpg.connect(restartable, timeout=30)
         try:
 

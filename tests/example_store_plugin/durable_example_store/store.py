@@ -74,6 +74,9 @@ class ExampleStore:
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         await self._inner.cancel_workflow(workflow_id, reason)
 
+    async def fork_workflow(self, workflow: NewWorkflow, source_id: str, before_step: int) -> None:
+        await self._inner.fork_workflow(workflow, source_id, before_step)
+
     async def record_attempt(
         self, lease: Lease, outcome: str, error: str | None, ended_at: datetime | None = None
     ) -> None:
