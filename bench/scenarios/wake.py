@@ -77,7 +77,7 @@ async def _block(
                 await wait_settled(conn, [proc], done, timeout=10 + 2 * POLL_MS / 1000)
     wake_rows = await conn.fetch(
         "SELECT w.id, extract(epoch FROM s1.started_at - w.run_at) * 1000 AS total,"
-        " extract(epoch FROM s0.started_at - w.run_at) * 1000 AS resumed,"
+        " extract(epoch FROM s0.completed_at - w.run_at) * 1000 AS resumed,"
         " extract(epoch FROM s1.started_at) AS next_step_epoch, w.attempts"
         " FROM workflows w"
         " JOIN workflow_steps s0 ON s0.workflow_id = w.id AND s0.step_index = 0"
