@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -33,8 +33,14 @@ from .records import ClaimedWorkflow, StepRecord, StepStatus, Wait, WorkflowStat
 from .retry import RetryPolicy
 from .store import Store
 
-if TYPE_CHECKING:
-    from .leases import LeaseKeeper
+
+class Keeper(Protocol):
+    """What renews an attempt's lease (a :class:`~durable_core.leases.LeaseKeeper`)."""
+
+    def keeps(self, attempt: Attempt) -> bool:
+        """Whether ``attempt``'s lease is still renewed there."""
+        ...
+
 
 logger = logging.getLogger("durable_core.worker")
 
@@ -205,7 +211,7 @@ class Attempt:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, _MAX_STORE_BACKOFF)
 
-    async def renew(self, keeper: LeaseKeeper) -> None:
+    async def renew(self, keeper: Keeper) -> None:
         """Renew the lease once; on its loss, cancel the body. Then schedule the next renewal."""
         config = self.config
         try:
