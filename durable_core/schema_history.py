@@ -46,6 +46,16 @@ def _table(name: str, *items: sa.schema.SchemaItem) -> ops.CreateTableOp:
     return ops.CreateTableOp.from_table(table)
 
 
+def _serial() -> sa.Column[int]:
+    """An auto-incrementing ``seq`` primary key (SQLite's must be INTEGER to count)."""
+    return sa.Column(
+        "seq",
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    )
+
+
 def _v1() -> list[ops.MigrateOperation]:
     workflows = _table(
         "workflows",
@@ -125,12 +135,7 @@ def _v3() -> list[ops.MigrateOperation]:
         _index("ix_workflows_parent_id", "workflows", "parent_id"),
         _table(
             "workflow_messages",
-            sa.Column(
-                "seq",
-                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-                primary_key=True,
-                autoincrement=True,
-            ),
+            _serial(),
             workflow_id("workflow_messages"),
             sa.Column("topic", sa.String(255), nullable=False),
             sa.Column("message_id", sa.String(64), nullable=False),
@@ -146,12 +151,7 @@ def _v3() -> list[ops.MigrateOperation]:
         ),
         _table(
             "workflow_attempts",
-            sa.Column(
-                "seq",
-                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-                primary_key=True,
-                autoincrement=True,
-            ),
+            _serial(),
             workflow_id("workflow_attempts"),
             sa.Column("attempt", sa.Integer, nullable=False),
             sa.Column("worker", sa.String(255), nullable=False),

@@ -60,7 +60,8 @@ def _pgserver() -> ModuleType:
     return pgserver
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (owned by anyone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -80,7 +81,7 @@ def _forget_dead_handles(server: Any) -> None:
         with type(server)._lock:
             handles = server.global_process_id_list
             pids = handles.get()
-            alive = [pid for pid in pids if _alive(pid)]
+            alive = [pid for pid in pids if pid_alive(pid)]
             if alive != pids:
                 handles.put(alive)
     except Exception:  # best effort: worst case the server keeps running

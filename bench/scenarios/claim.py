@@ -52,8 +52,12 @@ FROM generate_series($1::int + 1, $2::int) AS g,
 """
 
 
-async def _claims(conn: asyncpg.Connection, limit: int, iterations: int) -> list[float]:
-    """Milliseconds per claim statement; each claim runs in a transaction rolled back."""
+async def timed_claims(
+    conn: asyncpg.Connection, limit: int, expected: int, iterations: int
+) -> tuple[list[float], asyncpg.prepared_stmt.PreparedStatement]:
+    """Milliseconds per claim statement, each run in a transaction rolled back and checked
+    to return ``expected`` rows; and the prepared statement (the server forgets it once
+    the object is gone)."""
     claim = await conn.prepare(sql.CLAIM.sql)
     times = []
     for _ in range(iterations):
@@ -65,9 +69,14 @@ async def _claims(conn: asyncpg.Connection, limit: int, iterations: int) -> list
             times.append((time.perf_counter() - started) * 1000)
         finally:
             await transaction.rollback()
-        if len(rows) != limit:
-            raise RuntimeError(f"claim returned {len(rows)} rows, expected {limit}")
-    return times
+        if len(rows) != expected:
+            raise RuntimeError(f"claim returned {len(rows)} rows, expected {expected}")
+    return times, claim
+
+
+async def _claims(conn: asyncpg.Connection, limit: int, iterations: int) -> list[float]:
+    """Milliseconds per claim statement of ``limit`` rows from a backlog."""
+    return (await timed_claims(conn, limit, limit, iterations))[0]
 
 
 async def _round_trips(conn: asyncpg.Connection, iterations: int) -> list[float]:

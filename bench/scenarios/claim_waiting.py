@@ -34,7 +34,13 @@ import asyncpg
 from bench import sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import claim_args
-from bench.scenarios.claim import _HISTORY, _HISTORY_STEPS, _PENDING, _round_trips
+from bench.scenarios.claim import (
+    _HISTORY,
+    _HISTORY_STEPS,
+    _PENDING,
+    _round_trips,
+    timed_claims,
+)
 from bench.waiting_rows import add_waiting, count_waiting, drop_waiting, settle_tables
 
 NAME = "claim_waiting"
@@ -51,19 +57,7 @@ async def _claims(
 ) -> tuple[list[float], int, int]:
     """Milliseconds per claim statement, each run in a transaction rolled back; and how
     many generic and custom plans the server used for them."""
-    claim = await conn.prepare(sql.CLAIM.sql)
-    times = []
-    for _ in range(iterations):
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            started = time.perf_counter()
-            rows = await claim.fetch(*claim_args("bench:claim", limit))
-            times.append((time.perf_counter() - started) * 1000)
-        finally:
-            await transaction.rollback()
-        if len(rows) != expected:
-            raise RuntimeError(f"claim returned {len(rows)} rows, expected {expected}")
+    times, claim = await timed_claims(conn, limit, expected, iterations)
     plans = await conn.fetchrow(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1",
         claim.get_name(),

@@ -21,6 +21,7 @@ import pytest
 from durable_core import DurableClient
 from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
+from durable_postgres.embedded import pid_alive
 from tests.worker import app
 from tests.worker.conftest import Workers, eventually
 
@@ -41,16 +42,6 @@ def _clusters() -> dict[str, str]:
     }
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _drop(name: str) -> None:
     subprocess.run(
         ["pg_dropcluster", "--stop", _version(), name], check=True, capture_output=True, timeout=120
@@ -62,7 +53,7 @@ def _drop_leftovers() -> None:
     for name in _clusters():
         owner = name.removeprefix(f"{CLUSTER_PREFIX}_")
         if name == CLUSTER_PREFIX or (
-            name.startswith(f"{CLUSTER_PREFIX}_") and owner.isdigit() and not _alive(int(owner))
+            name.startswith(f"{CLUSTER_PREFIX}_") and owner.isdigit() and not pid_alive(int(owner))
         ):
             _drop(name)
 
