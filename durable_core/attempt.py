@@ -328,8 +328,8 @@ class Attempt:
 
     def past_deadline(self) -> bool:
         """Whether the workflow's timeout has passed."""
-        deadline = self.claimed.deadline
-        return deadline is not None and self.clock() >= deadline
+        left = self.seconds_left()
+        return left is not None and left <= 0
 
     def seconds_left(self) -> float | None:
         """Seconds until the workflow's timeout, if it has one."""

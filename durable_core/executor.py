@@ -150,7 +150,7 @@ class Executor:
         if attempt.body_scope.cancelled_caught and attempt.past_deadline():
             return await attempt.time_out()
         if attempt.cancelled:
-            raise LeaseLostError(f"workflow {claimed.id} was cancelled")
+            return await attempt.was_cancelled()
         if attempt.lease_lost or isinstance(failure, LeaseLostError):
             raise LeaseLostError(f"lease lost on workflow {claimed.id}")
         if failure is None:

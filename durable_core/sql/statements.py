@@ -251,15 +251,16 @@ class Statements:
             .with_for_update()
         )
         self.delete_message = msg.delete().where(msg.c.seq == param("seq", sa.BigInteger()))
-        self.message_sent = sa.select(msg.c.seq).where(
-            msg.c.workflow_id == param("workflow"), msg.c.message_id == param("message_id")
-        )
-        self.send = msg.insert().values(
-            workflow_id=param("workflow"),
-            topic=param("topic"),
-            message_id=param("message_id"),
-            payload=param("payload"),
-            sent_at=now,
+        # A message id already in the workflow's inbox inserts nothing (a repeated send).
+        self.send = d.ignore_duplicates(
+            d.insert(msg).values(
+                workflow_id=param("workflow"),
+                topic=param("topic"),
+                message_id=param("message_id"),
+                payload=param("payload"),
+                sent_at=now,
+            ),
+            [msg.c.workflow_id, msg.c.message_id],
         )
         self.set_event = self._set_event()
         self.get_event = sa.select(ev.c.value).where(

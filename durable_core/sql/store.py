@@ -283,17 +283,15 @@ class SQLStore(WaitingOperations):
         rows = await self._fetch("cancel_workflow", q.parent, {"workflow": workflow_id})
         parent = rows[0]["parent_id"] if rows else None
         params = {"workflow": workflow_id, "error_json": reason}
-        if parent is None:
-            cancelled = bool(await self._execute("cancel_workflow", q.cancel, params))
-        else:
-            cancelled = await self._end("cancel_workflow", q.cancel, params, parent=parent)
-        if not cancelled:
+        # The workflow and its interrupted step end together.
+        if not await self._end(
+            "cancel_workflow", q.cancel, params, parent=parent, then=q.cancel_steps
+        ):
             await self._refuse(
                 workflow_id,
                 "cancel_workflow",
                 "only pending, running or waiting workflows can be cancelled",
             )
-        await self._execute("cancel_workflow", q.cancel_steps, {"workflow": workflow_id})
         children = await self._fetch("cancel_workflow", q.children, {"workflow": workflow_id})
         for child in children:
             with contextlib.suppress(InvalidStateError):  # it settled meanwhile
@@ -318,11 +316,13 @@ class SQLStore(WaitingOperations):
         params: Params,
         *,
         parent: str | None = None,
-        history: Params | None = None,
+        record: bool = False,
+        then: sa.Executable | None = None,
     ) -> bool:
         """In one transaction: run ``statement``, which ends workflow ``params["workflow"]``
-        (False, writing nothing, when it matches no row), record its attempt's
-        ``history``, and wake its ``parent`` if that waits on it.
+        (False, writing nothing, when it matches no row), then ``then`` with the same
+        parameters, record the attempt's history row when ``record`` (``params`` hold its
+        values), and wake its ``parent`` if that waits on it.
 
         The parent's row is locked first: a parent suspending on this child locks its
         own row before it looks at the child, so one of the two sees the other.
@@ -333,8 +333,10 @@ class SQLStore(WaitingOperations):
                 await session.fetch(q.lock, {"workflow": parent})
             if not await session.execute(statement, bind(params)):
                 return False
-            if history is not None:
-                await session.execute(q.record_attempt, bind({**params, **history}))
+            if then is not None:
+                await session.execute(then, bind(params))
+            if record:
+                await session.execute(q.record_attempt, bind(params))
             if parent is not None:
                 waiting_for = f"{WaitKind.CHILD.value}:{params['workflow']}"
                 await session.execute(
@@ -477,7 +479,7 @@ class SQLStore(WaitingOperations):
         if parent_id is None and recorded is not None:
             settled = bool(await self._execute("settle", recorded, params))
         else:
-            settled = await self._end("settle", statement, params, parent=parent_id, history={})
+            settled = await self._end("settle", statement, params, parent=parent_id, record=True)
         if not settled:
             raise errors.lease_lost(lease, f"settling as {status.value}")
 

@@ -138,16 +138,14 @@ class WaitingOperations:
                     f"cannot send to workflow {workflow_id!r}: no such workflow in "
                     f"{self._description}"
                 )
-            sent = {"workflow": workflow_id, "message_id": message_id}
-            if await session.fetch(q.message_sent, sent):
-                return
             message = {
                 "workflow": workflow_id,
                 "topic": topic,
                 "message_id": message_id,
                 "payload": payload,
             }
-            await session.execute(q.send, bind(message))
+            if not await session.execute(q.send, bind(message)):
+                return
             waiting_for = f"{WaitKind.MESSAGE.value}:{topic}"
             await session.execute(
                 q.wake, bind({"workflow": workflow_id, "waiting_for": waiting_for})
