@@ -92,8 +92,15 @@ def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> list[Any]:
 
 
 def claim_args(worker_id: str, limit: int) -> list[Any]:
-    """The parameters of the claim statement (``sql.CLAIM.sql``)."""
-    return sql.positional(sql.CLAIM, worker=worker_id, limit=limit, lease_seconds=LEASE_SECONDS)
+    """The parameters of the claim statement (``sql.CLAIM.sql``): the routes a worker running
+    ``bench.app`` on the default queue sends."""
+    return sql.positional(
+        sql.CLAIM,
+        worker=worker_id,
+        limit=limit,
+        lease_seconds=LEASE_SECONDS,
+        **sql.claim_params(limit),
+    )
 
 
 async def run_worker(

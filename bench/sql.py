@@ -14,6 +14,8 @@ from typing import Any
 
 import asyncpg
 
+from durable_core.queues import DEFAULT_QUEUE, Queue, Route
+from durable_core.registry import Workflow
 from durable_postgres import store as _store
 from durable_postgres.connector import Compiled, compile_statement
 from durable_postgres.dialect import CHANNEL, PostgresStatements
@@ -32,6 +34,14 @@ POOL_MIN: int = _defaults["min_size"].default
 POOL_MAX: int = _defaults["max_size"].default
 
 __all__ = ["CHANNEL", "CLAIM", "COMPLETE_STEP", "ENQUEUE", "SETTLE_FINAL", "START_STEP"]
+
+
+def claim_params(limit: int) -> dict[str, Any]:
+    """The routes of a worker serving every workflow of ``bench.app`` on the default queue."""
+    from bench import app
+
+    names = tuple(sorted(w.name for w in vars(app).values() if isinstance(w, Workflow)))
+    return _statements.claim_params([Route(Queue(DEFAULT_QUEUE), names, limit)])
 
 
 def positional(statement: Compiled, **params: Any) -> list[Any]:

@@ -49,6 +49,7 @@ from .errors import (
 from .executor import Executor
 from .handle import WorkflowHandle
 from .hooks import hookimpl, register_observer, unregister_observer
+from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
 from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
@@ -57,6 +58,8 @@ from .store import Claimer, Store
 from .waiting import recv, send, set_event, sleep, sleep_until
 
 __all__ = [
+    "Queue",
+    "RateLimit",
     "ClaimNotSupportedError",
     "Claimer",
     "ConfigurationError",

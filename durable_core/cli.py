@@ -124,7 +124,7 @@ async def _worker(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         if args.migrate:
             await store.apply_schema()
-        worker = WorkflowWorker(store, config, worker_id=args.worker_id)
+        worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
         await worker.run(handle_signals=True)
     return 1 if worker.abandoned else 0
 
@@ -350,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--bootstrap", help="module:function to call once before claiming")
     worker.add_argument("--concurrency", type=int, help="overrides WORKFLOW_CONCURRENCY")
     worker.add_argument("--worker-id", help="default: host:pid:random")
+    worker.add_argument(
+        "--queue",
+        action="append",
+        metavar="NAME",
+        help="a queue to serve (repeatable); default: every queue the app declares",
+    )
     worker.add_argument("--migrate", action="store_true", help="apply the schema first")
     worker.set_defaults(run=_worker)
 

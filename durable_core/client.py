@@ -30,6 +30,7 @@ from .errors import ConfigurationError, InvalidArgumentsError, RegistrationError
 from .handle import WorkflowHandle
 from .hooks import observers
 from .journal import body_context, derived_id, once
+from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import NewWorkflow, WorkflowRecord, WorkflowStatus
 from .registry import Workflow, as_workflow, positive_seconds
 from .serialization import encode, encode_arguments
@@ -117,6 +118,9 @@ class DurableClient:
         *,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
     ) -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -124,19 +128,45 @@ class DurableClient:
             self.timeout = positive_seconds(timeout, "timeout")
         except RegistrationError as exc:
             raise ConfigurationError(str(exc)) from None
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
+            raise ConfigurationError(f"priority must be a whole number (32 bits), got {priority!r}")
+        if concurrency_key is not None and not (
+            isinstance(concurrency_key, str) and 0 < len(concurrency_key) <= MAX_QUEUE_NAME
+        ):
+            raise ConfigurationError(
+                f"a concurrency key is a string of 1 to {MAX_QUEUE_NAME} characters, "
+                f"got {concurrency_key!r}"
+            )
         self.store = store
         self.max_attempts = max_attempts
+        self.queue = None if queue is None else queue_name(queue)
+        """The queue its starts go to; ``None``: each workflow's own (``@workflow(queue=)``)."""
+        self.priority = priority
+        self.concurrency_key = concurrency_key
 
     def with_options(
-        self, *, timeout: float | timedelta | None = None, max_attempts: int | None = None
+        self,
+        *,
+        timeout: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        queue: Queue | str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> DurableClient:
         """This client, starting workflows with a ``timeout`` (each is cancelled, wherever it
-        is, that long after it starts: ``WorkflowTimeoutError`` is its recorded error) and
-        an attempt budget ``max_attempts``."""
+        is, that long after it starts: ``WorkflowTimeoutError`` is its recorded error), an
+        attempt budget ``max_attempts``, in ``queue`` (instead of the workflow's own), with
+        ``priority`` (higher is claimed first within the queue) and ``concurrency_key``
+        (what the queue's ``key_concurrency`` counts by)."""
         return DurableClient(
             self.store,
             max_attempts=max_attempts or self.max_attempts,
             timeout=timeout if timeout is not None else self.timeout,
+            queue=queue if queue is not None else self.queue,
+            priority=priority if priority is not None else self.priority,
+            concurrency_key=concurrency_key
+            if concurrency_key is not None
+            else self.concurrency_key,
         )
 
     def _prepare(
@@ -171,6 +201,9 @@ class DurableClient:
             max_attempts=definition.max_attempts or self.max_attempts or _default_max_attempts(),
             delay_seconds=delay_seconds,
             timeout_seconds=self.timeout if self.timeout is not None else definition.timeout,
+            queue=self.queue or definition.queue,
+            priority=self.priority,
+            concurrency_key=self.concurrency_key,
         )
 
     async def _enqueue(
@@ -336,6 +369,10 @@ class DurableClient:
             input=source.input,
             max_attempts=source.max_attempts,
             timeout_seconds=timeout,
+            queue=source.queue,
+            priority=source.priority,
+            concurrency_key=source.concurrency_key,
+            headers=source.headers,
         )
         await self.store.fork_workflow(row, workflow_id, from_step)
         observers().durable_workflow_enqueued(

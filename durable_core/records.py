@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+DEFAULT_QUEUE = "default"
+"""The queue of a workflow that names none."""
 
 
 class WorkflowStatus(enum.StrEnum):
@@ -92,6 +96,13 @@ class NewWorkflow:
     parent_id: str | None = None
     timeout_seconds: float | None = None
     """Cancel the workflow, wherever it is, this long after it is started."""
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    """Within its queue, a higher priority is claimed first."""
+    concurrency_key: str | None = None
+    """What its queue's ``key_concurrency`` limit counts by (a customer id, say)."""
+    headers: Mapping[str, str] | None = None
+    """What the starter passes along to the worker (a trace context, say)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +128,12 @@ class WorkflowRecord:
     """``sleep``, ``message:<topic>`` or ``child:<id>`` while ``waiting``."""
     deadline: datetime | None = None
     """When a workflow started with a timeout is cancelled."""
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    concurrency_key: str | None = None
+    started_at: datetime | None = None
+    """When a worker first took it."""
+    headers: Mapping[str, str] | None = None
 
     @property
     def wake_at(self) -> datetime | None:
@@ -186,3 +203,6 @@ class ClaimedWorkflow:
     """The lease of the attempt before this one, when it ended by expiring (a crash)."""
     crashed_at: datetime | None = None
     """When that lease expired."""
+    queue: str = DEFAULT_QUEUE
+    headers: Mapping[str, str] | None = None
+    """What the starter passed along (:attr:`NewWorkflow.headers`)."""

@@ -8,11 +8,13 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .errors import (
+    ConfigurationError,
     DuplicateWorkflowError,
     NotAWorkflowError,
     RegistrationError,
     UnknownWorkflowError,
 )
+from .queues import DEFAULT_QUEUE, Queue, queue_name
 from .retry import RetryPolicy
 
 P = ParamSpec("P")
@@ -31,11 +33,13 @@ class Workflow(Generic[P, R]):
         max_attempts: int | None,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        queue: str = DEFAULT_QUEUE,
     ) -> None:
         self.fn = fn
         self.name = name
         self.retry = retry
         self.timeout = timeout
+        self.queue = queue
         self.max_attempts = retry.max_attempts if retry is not None else max_attempts
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
@@ -55,6 +59,29 @@ class Registry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, list[Workflow[Any, Any]]] = {}
+        self._queues: dict[str, Queue] = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE)}
+        """Declared queues, by name."""
+
+    def add_queue(self, queue: Queue) -> None:
+        """Declare ``queue`` and its limits; one name has one set of limits."""
+        if not isinstance(queue, Queue):
+            raise RegistrationError(f"expected a Queue, got {queue!r}")
+        known = self._queues.setdefault(queue.name, queue)
+        if known != queue:
+            raise RegistrationError(
+                f"queue {queue.name!r} is declared twice with different limits: "
+                f"{known!r} and {queue!r}"
+            )
+
+    def queue(self, name: str) -> Queue:
+        """The declared queue ``name``, or one without limits."""
+        return self._queues.get(name) or Queue(name)
+
+    def queues(self) -> list[Queue]:
+        """The default queue, every declared queue and every queue a workflow names."""
+        named = {self.queue(entries[0].queue) for entries in self._by_name.values()}
+        every = {*self._queues.values(), *named}
+        return sorted(every, key=lambda queue: queue.name)
 
     def add(self, definition: Workflow[Any, Any]) -> None:
         """Record a workflow; duplicates are kept so :meth:`assert_no_duplicates` can name them."""
@@ -139,6 +166,7 @@ def workflow(
     max_attempts: int | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
+    queue: Queue | str | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
@@ -151,6 +179,7 @@ def workflow(
     max_attempts: int | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
+    queue: Queue | str | None = None,
     registry: Registry | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare an ``async def`` as a durable workflow.
@@ -161,8 +190,17 @@ def workflow(
     ``retry`` replaces both the budget (its ``max_attempts``) and the linear backoff
     between attempts, and says which errors are retried at all. ``timeout`` cancels
     each run that has not ended that long after it was started (see
-    :meth:`~durable_core.client.DurableClient.with_options`).
+    :meth:`~durable_core.client.DurableClient.with_options`). ``queue`` (a
+    :class:`~durable_core.queues.Queue` with its limits, or a queue's name) is where
+    its runs wait to be claimed; ``"default"`` otherwise.
     """
+    target = registry or default_registry
+    try:
+        home = DEFAULT_QUEUE if queue is None else queue_name(queue)
+    except ConfigurationError as exc:
+        raise RegistrationError(str(exc)) from None
+    if isinstance(queue, Queue):
+        target.add_queue(queue)
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
         if not inspect.iscoroutinefunction(func):
@@ -182,8 +220,9 @@ def workflow(
             max_attempts=max_attempts,
             retry=retry,
             timeout=positive_seconds(timeout, "a workflow timeout"),
+            queue=home,
         )
-        (registry or default_registry).add(definition)
+        target.add(definition)
         return definition
 
     return decorate if fn is None else decorate(fn)

@@ -14,7 +14,7 @@ from alembic.operations import ops
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .coltypes import UTCDateTime
-from .schema_history import LATEST, VERSIONS, VERSIONS_TABLE
+from .schema_history import LATEST, VERSIONS, VERSIONS_TABLE, index_columns
 
 SCHEMA_VERSION = LATEST
 """The schema version this release reads and writes."""
@@ -28,7 +28,7 @@ def _create_table(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
 def _create_index(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
     assert isinstance(op, ops.CreateIndexOp)
     table = metadata.tables[op.table_name]
-    sa.Index(op.index_name, *(table.c[str(name)] for name in op.columns), unique=bool(op.unique))
+    sa.Index(op.index_name, *index_columns(table, op), unique=bool(op.unique))
 
 
 def _add_column(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
@@ -59,6 +59,7 @@ schema_versions = metadata.tables[VERSIONS_TABLE]
 workflow_messages = metadata.tables["workflow_messages"]
 workflow_events = metadata.tables["workflow_events"]
 workflow_attempts = metadata.tables["workflow_attempts"]
+workflow_schedules = metadata.tables["workflow_schedules"]
 
 
 WORKFLOW_TABLES = ", ".join(
@@ -84,6 +85,7 @@ __all__ = [
     "workflow_attempts",
     "workflow_events",
     "workflow_messages",
+    "workflow_schedules",
     "workflow_steps",
     "workflows",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from alembic.operations import ops
@@ -33,8 +34,25 @@ class SchemaVersion:
     """Fresh operation objects on every call (SQLAlchemy columns belong to one table)."""
 
 
+DESC = "-"
+"""Prefixed to an index column's name: that column is in descending order."""
+
+
 def _index(name: str, table: str, *columns: str) -> ops.CreateIndexOp:
-    return ops.CreateIndexOp(name, table, list(columns))
+    return ops.CreateIndexOp(
+        name,
+        table,
+        [sa.text(f"{c[1:]} DESC") if c.startswith(DESC) else c for c in columns],
+    )
+
+
+def index_columns(table: sa.Table, op: ops.CreateIndexOp) -> list[sa.ColumnElement[Any]]:
+    """The columns of ``op`` as expressions over ``table`` (a ``name DESC`` text descends)."""
+    columns: list[sa.ColumnElement[Any]] = []
+    for column in op.columns:
+        name, _, order = str(column).partition(" ")
+        columns.append(table.c[name].desc() if order == "DESC" else table.c[name])
+    return columns
 
 
 def _table(name: str, *items: sa.schema.SchemaItem) -> ops.CreateTableOp:
@@ -178,10 +196,60 @@ def _v3() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v4() -> list[ops.MigrateOperation]:
+    def add(column: sa.Column[Any]) -> ops.AddColumnOp:
+        return ops.AddColumnOp("workflows", column)
+
+    return [
+        # Routing and flow: the queue a workflow waits in, its priority there (higher first),
+        # the key its queue may limit, and when it first started (for rate limits).
+        add(sa.Column("queue", sa.String(255), nullable=False, server_default="default")),
+        add(sa.Column("priority", sa.Integer, nullable=False, server_default=sa.text("0"))),
+        add(sa.Column("concurrency_key", sa.String(255), nullable=True)),
+        add(sa.Column("started_at", UTCDateTime(), nullable=True)),
+        # What the starter passed along with the workflow (a trace context, say): a JSON object.
+        add(sa.Column("headers", json_text(), nullable=True)),
+        # The claim walks one (queue, name) range at a time in priority, then run_at order.
+        _index(
+            "ix_workflows_route",
+            "workflows",
+            "status",
+            "queue",
+            "name",
+            DESC + "priority",
+            "run_at",
+        ),
+        _index("ix_workflows_queue_started_at", "workflows", "queue", "started_at"),
+        _index("ix_workflows_concurrency_key", "workflows", "concurrency_key", "status"),
+        _table(
+            "workflow_schedules",
+            sa.Column("name", sa.String(255), primary_key=True),
+            sa.Column("workflow_name", sa.String(255), nullable=False),
+            sa.Column("cron", sa.String(255), nullable=False),
+            sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"),
+            sa.Column("input", json_text(), nullable=False),
+            sa.Column("queue", sa.String(255), nullable=True),
+            sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.text("false")),
+            # What a tick missed while no worker ran becomes: "skip", or "catch_up" of at
+            # most catch_up ticks.
+            sa.Column("missed", sa.String(16), nullable=False, server_default="skip"),
+            sa.Column("catch_up", sa.Integer, nullable=False, server_default=sa.text("0")),
+            sa.Column("next_tick", UTCDateTime(), nullable=False),
+            sa.Column("last_tick", UTCDateTime(), nullable=True),
+            sa.Column("created_at", UTCDateTime(), nullable=False),
+            sa.Column("updated_at", UTCDateTime(), nullable=False),
+        ),
+        _index("ix_workflow_schedules_next_tick", "workflow_schedules", "paused", "next_tick"),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
     SchemaVersion(3, "durable_schema_v3", "waiting workflows: parents, messages and events", _v3),
+    SchemaVersion(
+        4, "durable_schema_v4", "routing: queues, priorities, headers and schedules", _v4
+    ),
 )
 
 LATEST = VERSIONS[-1].number

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from .queues import Route
 from .records import (
     AttemptRecord,
     ClaimedWorkflow,
@@ -213,12 +214,15 @@ class Claimer(Protocol):
     """Hands runnable workflows to workers."""
 
     async def claim(
-        self, *, worker_id: str, limit: int, lease_seconds: float
+        self, *, worker_id: str, limit: int, lease_seconds: float, routes: Sequence[Route]
     ) -> list[ClaimedWorkflow]:
-        """Lease up to ``limit`` runnable workflows at once.
+        """Lease up to ``limit`` runnable workflows at once, only from ``routes``.
 
-        Runnable means pending and due, or running with an expired lease; each
-        claimed row has ``attempts`` incremented.
+        Runnable means pending and due, waiting past its deadline, or running with
+        an expired lease; each claimed row has ``attempts`` incremented. A row is
+        taken only through a route naming its queue and its workflow name, at most
+        ``route.take`` from each route, within its queue's fleet limits (concurrency,
+        rate, concurrency key), the highest priority first.
         """
         ...
 

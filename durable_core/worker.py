@@ -13,6 +13,8 @@ import os
 import signal
 import socket
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 
 import anyio
 from anyio.abc import TaskGroup
@@ -21,6 +23,7 @@ from .config import WorkflowConfig
 from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
 from .executor import Executor
 from .hooks import observers
+from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
 from .registry import Registry, default_registry
 from .store import CancelFeed, Claimer, Store
@@ -45,9 +48,13 @@ class WorkflowWorker:
         *,
         registry: Registry | None = None,
         worker_id: str | None = None,
+        queues: Sequence[str] | None = None,
     ) -> None:
         self.config = (config or WorkflowConfig.from_env()).validate()
         self.registry = registry or default_registry
+        self.queues = None if queues is None else [check_queue_name(q) for q in queues]
+        """The names of the queues it serves; ``None``: every queue its registry knows."""
+        self._running: Counter[str] = Counter()
         self.store = store
         self.worker_id = worker_id or default_worker_id()
         self.executor = Executor(store, self.config, registry=self.registry)
@@ -73,6 +80,12 @@ class WorkflowWorker:
     def claimed_total(self) -> int:
         """How many workflows this worker has claimed since it started."""
         return self._claimed_total
+
+    def served(self) -> list[Queue]:
+        """The queues this worker claims from, with their declared limits."""
+        if self.queues is None:
+            return self.registry.queues()
+        return [self.registry.queue(name) for name in dict.fromkeys(self.queues)]
 
     def _claimer(self) -> Claimer:
         if isinstance(self.store, Claimer):
@@ -166,9 +179,13 @@ class WorkflowWorker:
 
     async def _claim_loop(self, claimer: Claimer, running: TaskGroup) -> None:
         backoff = 0.1
+        served, names = self.served(), self.registry.names()
+        # A fleet limit may be what left slots free: a settle here may make room.
+        limited = any(queue.fleet_limited for queue in served)
         while not self._stopping:
             free = self.config.concurrency - self._in_flight
-            if free <= 0:
+            lanes = routes(served, names, free, self._running)
+            if not lanes:
                 self._slot_free = anyio.Event()
                 await self._slot_free.wait()
                 continue
@@ -177,6 +194,7 @@ class WorkflowWorker:
                     worker_id=self.worker_id,
                     limit=free,
                     lease_seconds=self.config.lock_timeout_secs,
+                    routes=lanes,
                 )
             except StoreUnavailableError as exc:
                 logger.warning(
@@ -197,13 +215,17 @@ class WorkflowWorker:
             backoff = 0.1
             for item in claimed:
                 self._in_flight += 1
+                self._running[item.queue] += 1
                 self._claimed_total += 1
                 running.start_soon(self._run_one, item)
             if len(claimed) < free and not self._stopping:
-                await self._wait_for_work(claimer)
+                await self._wait_for_work(claimer, settled=limited)
 
-    async def _wait_for_work(self, claimer: Claimer) -> None:
+    async def _wait_for_work(self, claimer: Claimer, *, settled: bool) -> None:
+        """Until work may be there: a notification, the poll interval, a stop, or (with
+        ``settled``) one of this worker's workflows ending."""
         self._wake = anyio.Event()
+        self._slot_free = anyio.Event()
         if self._stopping:
             return
         async with anyio.create_task_group() as waiters:
@@ -222,8 +244,14 @@ class WorkflowWorker:
                 await self._wake.wait()
                 waiters.cancel_scope.cancel()
 
+            async def freed() -> None:
+                await self._slot_free.wait()
+                waiters.cancel_scope.cancel()
+
             waiters.start_soon(notified)
             waiters.start_soon(stopped)
+            if settled:
+                waiters.start_soon(freed)
 
     async def _sleep(self, seconds: float) -> None:
         self._wake = anyio.Event()
@@ -239,6 +267,7 @@ class WorkflowWorker:
             pass  # the executor logged it, with the attempt's fields
         finally:
             self._in_flight -= 1
+            self._running[claimed.queue] -= 1
             self._slot_free.set()
 
 

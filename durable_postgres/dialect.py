@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Insert
 
 from durable_core.coltypes import UTCDateTime
+from durable_core.queues import Route
 from durable_core.records import NewWorkflow
 from durable_core.sql import SQLDialect, Statements, const
 from durable_core.sql.connector import Params
@@ -28,16 +29,30 @@ from durable_core.sql.rows import STEP_FIELDS
 from durable_core.sql.statements import (
     CLAIMED_COLUMNS,
     NEW_WORKFLOW_FIELDS,
+    PENDING,
+    RUNNING,
+    WAITING,
     att,
-    due,
     expired,
     new_workflow,
+    new_workflow_values,
     param,
     st,
     take_lease,
     wf,
-    woken,
 )
+
+def _unbounded(kind: sa.types.TypeEngine[Any]) -> sa.types.TypeEngine[Any]:
+    # An array of VARCHAR(n) would truncate an over-long value; the column refuses it.
+    return sa.Text() if isinstance(kind, sa.String) else kind
+
+
+_NEW_ROW_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
+    **{name: _unbounded(wf.c[name].type) for name in NEW_WORKFLOW_FIELDS},
+    "delay_seconds": sa.Float(),
+    "timeout_seconds": sa.Float(),
+}
+"""One array parameter (``<name>s``) per value of :func:`new_workflow_values`."""
 
 CHANNEL = "durable_workflows"
 """The ``NOTIFY`` channel that enqueueing signals and idle workers listen on."""
@@ -91,6 +106,7 @@ class PostgresStatements(Statements):
     def __init__(self, dialect: PostgresDialect | None = None) -> None:
         super().__init__(dialect or PostgresDialect())
         self.claim = self._claim()
+        self.serialized = self.serialize_claims()
         self.next_due = self._next_due()
 
     def inline_steps(self, workflow_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
@@ -110,22 +126,14 @@ class PostgresStatements(Statements):
         # exists already is skipped. The statement returns the ids it inserted, and
         # pg_notify runs once, in the same statement, when there are any.
         arrays = sa.func.unnest(
-            param("ids", postgresql.ARRAY(sa.Text())),
-            param("names", postgresql.ARRAY(sa.Text())),
-            param("inputs", postgresql.ARRAY(sa.Text())),
-            param("max_attempts", postgresql.ARRAY(sa.Integer())),
-            param("parents", postgresql.ARRAY(sa.Text())),
-            param("delays", postgresql.ARRAY(sa.Float())),
-            param("timeouts", postgresql.ARRAY(sa.Float())),
+            *(param(f"{name}s", postgresql.ARRAY(kind)) for name, kind in _NEW_ROW_ARRAYS.items())
         )
-        rows = arrays.table_valued(*NEW_WORKFLOW_FIELDS, "delay", "timeout").render_derived(
-            name="u"
-        )
+        rows = arrays.table_valued(*_NEW_ROW_ARRAYS).render_derived(name="u")
         values = new_workflow(
             {name: rows.c[name] for name in NEW_WORKFLOW_FIELDS},
             now=sa.func.now(),
-            run_at=PostgresDialect.seconds_after_now(rows.c.delay),
-            deadline=PostgresDialect.seconds_after_now(rows.c.timeout),
+            run_at=PostgresDialect.seconds_after_now(rows.c.delay_seconds),
+            deadline=PostgresDialect.seconds_after_now(rows.c.timeout_seconds),
         )
         inserted = (
             postgresql.insert(wf)
@@ -141,17 +149,8 @@ class PostgresStatements(Statements):
         ).select_from(inserted)
 
     def enqueue_params(self, rows: Sequence[NewWorkflow]) -> list[Params]:
-        return [
-            {
-                "ids": [row.id for row in rows],
-                "names": [row.name for row in rows],
-                "inputs": [row.input for row in rows],
-                "max_attempts": [row.max_attempts for row in rows],
-                "parents": [row.parent_id for row in rows],
-                "delays": [float(row.delay_seconds) for row in rows],
-                "timeouts": [row.timeout_seconds for row in rows],
-            }
-        ]
+        values = [new_workflow_values(row) for row in rows]
+        return [{f"{name}s": [row[name] for row in values] for name in _NEW_ROW_ARRAYS}]
 
     def recorded(self, settle: sa.Update) -> sa.Executable:
         ended = settle.returning(wf.c.id).cte("ended")
@@ -173,6 +172,34 @@ class PostgresStatements(Statements):
             wf.c.id == sa.func.any(ids)
         )
 
+    def claim_params(self, routes: Sequence[Route]) -> Params:
+        """The lanes and quotas of :attr:`claim` for ``routes``."""
+        lanes = [(route.queue.name, name) for route in routes for name in route.names]
+        queues = [route.queue for route in routes]
+        return {
+            "lane_queues": [queue for queue, _ in lanes],
+            "lane_names": [name for _, name in lanes],
+            "queues": [queue.name for queue in queues],
+            "takes": [route.take for route in routes],
+            "fleet": [queue.concurrency for queue in queues],
+            "rates": [None if q.rate_limit is None else q.rate_limit.limit for q in queues],
+            "periods": [None if q.rate_limit is None else q.rate_limit.period for q in queues],
+            "key_limits": [queue.key_concurrency for queue in queues],
+        }
+
+    def serialize_claims(self) -> sa.Executable:
+        """Wait for, and hold to the end of the transaction, each queue's claim lock (in
+        name order, so two claimers never wait on each other crosswise)."""
+        keys = (
+            sa.func.unnest(param("locked_queues", postgresql.ARRAY(sa.Text())))
+            .table_valued("queue")
+            .render_derived(name="locked")
+        )
+        lock = sa.func.pg_advisory_xact_lock(
+            sa.func.hashtextextended(sa.func.concat(const("durable-queue:"), keys.c.queue), 0)
+        )
+        return sa.select(sa.func.count(lock)).select_from(keys)
+
     def _next_due(self) -> sa.Executable:
         """Seconds until the next pending or waiting workflow falls due (NULL: none
         scheduled): one index probe per status."""
@@ -188,60 +215,144 @@ class PostgresStatements(Statements):
         return sa.select(sa.func.extract("epoch", soonest - sa.func.now()).label("seconds"))
 
     def _claim(self) -> sa.Executable:
-        # Expired leases first, then due pending rows and waiting rows whose deadline
-        # passed: ordered, limited, locked index scans (no OR), so the cost grows
-        # neither with the backlog nor with the number of waiting workflows.
-        d = self.dialect
+        # Routed: a worker claims only the (queue, name) lanes it serves. Each lane is an
+        # ordered, limited, locked scan of ix_workflows_route (no OR, no sort of the
+        # backlog), so the cost grows neither with the backlog nor with rows nobody
+        # serves nor with the number of waiting workflows. Expired leases come first, then
+        # due pending rows and waiting rows whose deadline passed, by priority and run_at.
         limit = param("limit", sa.Integer())
+        now = sa.func.now()
+        lanes = (
+            sa.func.unnest(
+                param("lane_queues", postgresql.ARRAY(sa.Text())),
+                param("lane_names", postgresql.ARRAY(sa.Text())),
+            )
+            .table_valued("queue", "name")
+            .render_derived(name="lane")
+        )
+        columns = (wf.c.id, wf.c.queue, wf.c.priority, wf.c.run_at, wf.c.concurrency_key)
 
-        def scan(runnable: sa.ColumnElement[bool], order: sa.Column[Any], name: str) -> Any:
-            return (
-                sa.select(wf.c.id, wf.c.locked_by, wf.c.locked_until)
-                .where(runnable)
-                .order_by(order)
+        def lane_scan(status: sa.ColumnElement[str], name: str) -> sa.Select[Any]:
+            rows = (
+                sa.select(*columns)
+                .where(
+                    wf.c.status == status,
+                    wf.c.queue == lanes.c.queue,
+                    wf.c.name == lanes.c.name,
+                    wf.c.run_at <= now,
+                )
+                .order_by(wf.c.priority.desc(), wf.c.run_at)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
-                .subquery(name)
+                .lateral(name)
             )
+            return sa.select(
+                *rows.c,
+                sa.false().label("stale"),
+                sa.cast(sa.null(), sa.String()).label("crashed_worker"),
+                sa.cast(sa.null(), UTCDateTime()).label("crashed_at"),
+            ).select_from(lanes.join(rows, sa.true()))
 
-        def scan_at(runnable: sa.ColumnElement[bool], name: str) -> Any:
-            return (
-                sa.select(wf.c.id, wf.c.run_at)
-                .where(runnable)
-                .order_by(wf.c.run_at)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-                .subquery(name)
-            )
-
-        stale = scan(expired(d), wf.c.locked_until, "expired")
-        # Due pending rows and waiting rows whose deadline passed, merged in run_at order
-        # (a sort of at most 2 * limit rows): a sleep that ended is not starved by newer work.
-        ready, awake = scan_at(due(d), "due"), scan_at(woken(d), "woken")
-        timely = sa.union_all(
-            sa.select(ready.c.id, ready.c.run_at), sa.select(awake.c.id, awake.c.run_at)
-        ).subquery("timely")
-        in_order = sa.select(timely.c.id).order_by(timely.c.run_at).limit(limit).subquery("next")
-        # An expired lease's holder is returned too: that attempt ended in a crash.
-        nothing = sa.null()
-        candidates = sa.union_all(
-            sa.select(stale.c.id, stale.c.locked_by, stale.c.locked_until),
+        served = sa.select(lanes.c.queue, lanes.c.name)
+        stale = (
             sa.select(
-                in_order.c.id,
-                sa.cast(nothing, sa.String()),
-                sa.cast(nothing, UTCDateTime()),
-            ),
-        ).subquery("candidates")
-        picked = sa.select(candidates).limit(limit).cte("picked").prefix_with("MATERIALIZED")
+                *columns,
+                sa.true().label("stale"),
+                wf.c.locked_by.label("crashed_worker"),
+                wf.c.locked_until.label("crashed_at"),
+            )
+            .where(expired(self.dialect), sa.tuple_(wf.c.queue, wf.c.name).in_(served))
+            .order_by(wf.c.locked_until)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .subquery("expired")
+        )
+        candidates = sa.union_all(
+            sa.select(stale), lane_scan(PENDING, "due"), lane_scan(WAITING, "woken")
+        ).cte("candidates")
+        order = (candidates.c.stale.desc(), candidates.c.priority.desc(), candidates.c.run_at)
+
+        # What each served queue may still hand out: the worker's own room, less what the
+        # fleet runs against the queue's concurrency, less what started in the rate window.
+        quotas = (
+            sa.func.unnest(
+                param("queues", postgresql.ARRAY(sa.Text())),
+                param("takes", postgresql.ARRAY(sa.Integer())),
+                param("fleet", postgresql.ARRAY(sa.Integer())),
+                param("rates", postgresql.ARRAY(sa.Integer())),
+                param("periods", postgresql.ARRAY(sa.Float())),
+                param("key_limits", postgresql.ARRAY(sa.Integer())),
+            )
+            .table_valued("queue", "take", "fleet", "rate", "period", "key_limit")
+            .render_derived(name="quota")
+        )
+        running = sa.and_(wf.c.status == RUNNING, wf.c.locked_until >= now)
+
+        def counted(*where: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
+            return sa.select(sa.func.count()).select_from(wf).where(*where).scalar_subquery()
+
+        def limited(cap: sa.ColumnElement[Any], used: sa.ColumnElement[Any]) -> Any:
+            # CASE evaluates the count only for a queue that has the limit.
+            return sa.case((cap.is_(None), sa.null()), else_=cap - used)
+
+        window = PostgresDialect.seconds_after_now(-quotas.c.period)
+        room = sa.func.least(
+            quotas.c.take,
+            limited(quotas.c.fleet, counted(running, wf.c.queue == quotas.c.queue)),
+            limited(quotas.c.rate, counted(wf.c.queue == quotas.c.queue, wf.c.started_at > window)),
+        )
+        quota = sa.select(quotas.c.queue, quotas.c.key_limit, room.label("room")).cte("quota")
+
+        # A concurrency key runs at most key_limit at once: what runs now plus what this
+        # claim would start, in claim order.
+        has_key = candidates.c.concurrency_key.is_not(None)
+        keyed = (
+            sa.select(
+                candidates,
+                quota.c.room,
+                sa.case(
+                    (
+                        sa.and_(has_key, quota.c.key_limit.is_not(None)),
+                        quota.c.key_limit
+                        - counted(running, wf.c.concurrency_key == candidates.c.concurrency_key)
+                        - sa.func.row_number().over(
+                            partition_by=(candidates.c.queue, candidates.c.concurrency_key),
+                            order_by=order,
+                        ),
+                    ),
+                    else_=const(0),
+                ).label("key_room"),
+            )
+            .select_from(candidates.join(quota, quota.c.queue == candidates.c.queue))
+            .subquery("keyed")
+        )
+        allowed = sa.select(keyed).where(keyed.c.key_room >= const(0)).subquery("allowed")
+        ranked = sa.select(
+            allowed,
+            sa.func.row_number()
+            .over(
+                partition_by=allowed.c.queue,
+                order_by=(allowed.c.stale.desc(), allowed.c.priority.desc(), allowed.c.run_at),
+            )
+            .label("nth"),
+        ).subquery("ranked")
+        picked = (
+            sa.select(ranked.c.id, ranked.c.crashed_worker, ranked.c.crashed_at)
+            .where(ranked.c.nth <= ranked.c.room)
+            .order_by(ranked.c.stale.desc(), ranked.c.priority.desc(), ranked.c.run_at)
+            .limit(limit)
+            .cte("picked")
+            .prefix_with("MATERIALIZED")
+        )
         token = sa.cast(sa.func.gen_random_uuid(), sa.String)
         claimed = (
             wf.update()
             .where(wf.c.id == picked.c.id)
-            .values(take_lease(d, token))
+            .values(take_lease(self.dialect, token))
             .returning(
                 *CLAIMED_COLUMNS,
-                picked.c.locked_by.label("crashed_worker"),
-                picked.c.locked_until.label("crashed_at"),
+                picked.c.crashed_worker,
+                picked.c.crashed_at,
             )
             .cte("claimed")
         )

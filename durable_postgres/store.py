@@ -9,7 +9,7 @@ Enqueueing sends ``NOTIFY durable_workflows`` in the same statement, and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -18,6 +18,7 @@ import asyncpg
 import sqlalchemy as sa
 
 from durable_core.errors import InvalidDatabaseURLError, StoreError
+from durable_core.queues import Route
 from durable_core.records import ClaimedWorkflow
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
@@ -176,14 +177,17 @@ class PostgresStore(SQLStore):
     # -- claiming -------------------------------------------------------------
 
     async def claim(
-        self, *, worker_id: str, limit: int, lease_seconds: float
+        self, *, worker_id: str, limit: int, lease_seconds: float, routes: Sequence[Route]
     ) -> list[ClaimedWorkflow]:
-        """Lease up to ``limit`` runnable workflows, with their cached steps, in one statement.
+        """Lease up to ``limit`` runnable workflows of ``routes``, with their cached steps, in
+        one statement.
 
-        The first claim also starts listening, before it reads the queue, so no
+        A claim from a queue with fleet-wide limits first takes that queue's claim lock
+        in the same transaction, so that claims counting the fleet's slots see each
+        other's. The first claim also starts listening, before it reads the queue, so no
         enqueue between this claim and the next :meth:`wait_for_work` goes unheard.
         """
-        if limit <= 0:
+        if limit <= 0 or not routes:
             return []
         listener, listening = self._listener, False
         if listener is not None and self.is_open:
@@ -191,8 +195,19 @@ class PostgresStore(SQLStore):
             # This claim sees whatever was enqueued before it, so earlier notifications
             # are spent; those for later enqueues arrive after this point.
             listener.spend()
-        params = {"worker": worker_id, "limit": limit, "lease_seconds": float(lease_seconds)}
-        rows = await self._fetch("claim", self.statements.claim, params)
+        params = {
+            "worker": worker_id,
+            "limit": limit,
+            "lease_seconds": float(lease_seconds),
+            **self.statements.claim_params(routes),
+        }
+        locked = sorted(route.queue.name for route in routes if route.queue.fleet_limited)
+        if locked:
+            async with self._transaction("claim") as session:
+                await session.fetch(self.statements.serialized, {"locked_queues": locked})
+                rows = await session.fetch(self.statements.claim, params)
+        else:
+            rows = await self._fetch("claim", self.statements.claim, params)
         if listener is not None and listening:
             listener.caught_up()
         return [claimed_from_row(row, worker_id, steps=True, crashed=True) for row in rows]

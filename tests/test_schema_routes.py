@@ -48,6 +48,7 @@ DURABLE_TABLES = (
     "workflow_attempts",
     "workflow_events",
     "workflow_messages",
+    "workflow_schedules",
     "workflow_steps",
     "workflows",
 )

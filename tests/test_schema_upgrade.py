@@ -13,18 +13,26 @@ import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
-from durable_core import DurableClient, WorkflowStatus, open_store, workflow, workflow_step
+from durable_core import (
+    DurableClient,
+    WorkflowStatus,
+    migrations,
+    open_store,
+    workflow,
+    workflow_step,
+)
 from durable_core.errors import SchemaOutdatedError
-from durable_core.schema import SCHEMA_VERSION
+from durable_core.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests import release_0_1
-from tests.conftest import empty_mysql_database
+from tests.conftest import drop_postgres_database, empty_mysql_database, fresh_postgres_database
 from tests.side_effects import effect
 
 pytestmark = pytest.mark.anyio
@@ -146,3 +154,90 @@ async def test_a_version_2_sqlite_database_is_upgraded_in_place(
     """The release before this one made schema version 2."""
     path = tmp_path / "v2.db"
     await upgrade_and_drain(f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}", effects, 2)
+
+
+@workflow
+async def waits_for_go(n: int) -> int:
+    first = await add_one(n)
+    await durable_core.set_event("stage", "waiting")
+    extra = await durable_core.recv("go")
+    return await double(first + extra)
+
+
+V3_TABLES = ("workflows", "workflow_steps", "workflow_messages", "workflow_events")
+V3 = build_metadata(3)
+
+
+async def v3_rows(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the version-3 tables ``V3_TABLES`` (their version-3 columns), in key order."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            result = {}
+            for name in V3_TABLES:
+                table = V3.tables[name]
+                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
+                result[name] = [dict(row._mapping) for row in rows]
+            return result
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_version_3_database_with_a_waiting_workflow_is_upgraded_in_place(
+    backend: str, tmp_path: Path, postgres_url: str, effects: Callable[[str], int]
+) -> None:
+    """The release before this one made schema version 3: a workflow waiting on a message,
+    its event, the message already sent, all kept by ``durable migrate``; the workflow then
+    runs to the end without repeating its first step, and lands in the default queue."""
+    # The rows are made by this release's engine (on a scratch database), then copied into a
+    # database made at version 3 (their columns are version 3's), as release 0.2 wrote them.
+    scratch = f"sqlite:///{tmp_path / 'scratch.db'}"
+    store = await open_store(scratch)
+    try:
+        await store.apply_schema()
+        client = DurableClient(store)
+        handle = await client.start_workflow_with_id("v3-waiting", waits_for_go, 4)
+        assert await WorkflowRunner(store).run_once(handle) is WorkflowStatus.WAITING
+        await client.send("v3-waiting", 10, topic="go")
+    finally:
+        await store.close()
+    made = await v3_rows(f"sqlite+aiosqlite:///{tmp_path / 'scratch.db'}")
+    assert [len(made[name]) for name in V3_TABLES] == [1, 3, 1, 1]
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'v3.db'}"
+        async_url = f"sqlite+aiosqlite:///{tmp_path / 'v3.db'}"
+    else:
+        base = postgres_url.rsplit("/", 1)[-1].split("?")[0]
+        url = await fresh_postgres_database(postgres_url, f"{base}_upgrade_v3")
+        async_url = url.replace("postgresql://", "postgresql+asyncpg://", 1)
+    engine = create_async_engine(async_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade, 3)
+            for name in V3_TABLES:
+                await conn.execute(V3.tables[name].insert(), made[name])
+    finally:
+        await engine.dispose()
+
+    done = migrate(url)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at version {SCHEMA_VERSION}" in done.stdout
+    assert await v3_rows(async_url) == made, "every row kept as it was"
+
+    store = await open_store(url)
+    try:
+        await store.check_schema()
+        record = await store.get_workflow("v3-waiting")
+        assert record is not None
+        assert (record.queue, record.priority, record.headers) == ("default", 0, None)
+        runner = WorkflowRunner(store)
+        assert await runner.run_until_complete("v3-waiting") is WorkflowStatus.SUCCEEDED
+        done_record = await store.get_workflow("v3-waiting")
+        assert done_record is not None and done_record.output == str((4 + 1 + 10) * 2)
+    finally:
+        await store.close()
+        if backend == "postgresql":
+            await drop_postgres_database(url)
+    assert (effects("add_one:4"), effects("double:15")) == (1, 1)

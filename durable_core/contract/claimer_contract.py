@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import anyio
@@ -12,7 +13,8 @@ import pytest
 from ..client import DurableClient
 from ..config import WorkflowConfig
 from ..errors import ClaimNotSupportedError, LeaseLostError
-from ..records import ClaimedWorkflow, StepStatus, WorkflowStatus
+from ..queues import Queue, RateLimit, Route
+from ..records import DEFAULT_QUEUE, ClaimedWorkflow, StepStatus, WorkflowStatus
 from ..store import Claimer, Store
 from ..worker import WorkflowWorker
 from . import workflows as wfs
@@ -44,15 +46,50 @@ class ClaimerContract:
         """The stores run on asyncio."""
         return "asyncio"
 
-    async def enqueue(self, store: Store, count: int, **options: Any) -> list[str]:
-        rows = [new_workflow(**options) for _ in range(count)]
+    @pytest.fixture(autouse=True)
+    def lane(self) -> str:
+        """The workflow name this test's rows have; its claims route to it."""
+        self.name = unique_name("claim")
+        return self.name
+
+    def routes(self, *queues: Queue, names: tuple[str, ...] | None = None) -> list[Route]:
+        """Routes to this test's rows (in ``queues``; the default queue if none)."""
+        return [
+            Route(queue, names or (self.name,), 1000) for queue in queues or (Queue(DEFAULT_QUEUE),)
+        ]
+
+    async def claim(
+        self,
+        store: Store,
+        worker_id: str,
+        limit: int,
+        lease_seconds: float = 30,
+        *,
+        routes: list[Route] | None = None,
+    ) -> list[ClaimedWorkflow]:
+        """Claim this test's rows, or what ``routes`` name."""
+        return await _claimer(store).claim(
+            worker_id=worker_id,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            routes=routes or self.routes(),
+        )
+
+    async def enqueue(
+        self, store: Store, count: int, *, row: Mapping[str, Any] | None = None, **options: Any
+    ) -> list[str]:
+        """Enqueue ``count`` rows of this test's name (``row`` sets their other fields)."""
+        rows = [
+            dataclasses.replace(new_workflow(self.name, **options), **(row or {}))
+            for _ in range(count)
+        ]
         await store.enqueue(rows)
         return [row.id for row in rows]
 
     async def test_claim_leases_due_workflows(self, durable_store: Store) -> None:
         due = await self.enqueue(durable_store, 3, max_attempts=5)
         await self.enqueue(durable_store, 1, delay_seconds=60)
-        claimed = await _claimer(durable_store).claim(worker_id="w1", limit=10, lease_seconds=30)
+        claimed = await self.claim(durable_store, "w1", 10, 30)
         assert sorted(c.id for c in claimed) == sorted(due)
         assert len({c.lease.token for c in claimed}) == 3
         for item in claimed:
@@ -63,12 +100,81 @@ class ClaimerContract:
 
     async def test_claim_respects_the_limit(self, durable_store: Store) -> None:
         ids = await self.enqueue(durable_store, 5)
-        claimer = _claimer(durable_store)
-        first = await claimer.claim(worker_id="w", limit=2, lease_seconds=30)
-        rest = await claimer.claim(worker_id="w", limit=10, lease_seconds=30)
+        first = await self.claim(durable_store, "w", 2, 30)
+        rest = await self.claim(durable_store, "w", 10, 30)
         assert (len(first), len(rest)) == (2, 3)
         assert sorted(c.id for c in first + rest) == sorted(ids)
-        assert await claimer.claim(worker_id="w", limit=10, lease_seconds=30) == []
+        assert await self.claim(durable_store, "w", 10, 30) == []
+
+    async def test_a_claim_takes_only_the_names_and_queues_it_routes(
+        self, durable_store: Store
+    ) -> None:
+        mine = await self.enqueue(durable_store, 2)
+        elsewhere = await self.enqueue(durable_store, 1, row={"queue": "reports"})
+        stranger = new_workflow(unique_name("nobody-serves"))
+        await durable_store.enqueue([stranger])
+        assert sorted(c.id for c in await self.claim(durable_store, "w", 10)) == sorted(mine)
+        assert await self.claim(durable_store, "w", 10) == []
+        [report] = await self.claim(durable_store, "w", 10, routes=self.routes(Queue("reports")))
+        assert (report.id, report.queue) == (elsewhere[0], "reports")
+        record = await durable_store.get_workflow(stranger.id)
+        assert record is not None
+        assert (record.status, record.attempts) == (WorkflowStatus.PENDING, 0)
+
+    async def test_a_higher_priority_is_claimed_first(self, durable_store: Store) -> None:
+        low = await self.enqueue(durable_store, 2)
+        high = await self.enqueue(durable_store, 2, row={"priority": 5})
+        first = await self.claim(durable_store, "w", 2)
+        assert sorted(c.id for c in first) == sorted(high)
+        assert sorted(c.id for c in await self.claim(durable_store, "w", 2)) == sorted(low)
+
+    async def test_a_route_takes_at_most_its_share(self, durable_store: Store) -> None:
+        await self.enqueue(durable_store, 5)
+        routes = [Route(Queue(DEFAULT_QUEUE), (self.name,), 2)]
+        assert len(await self.claim(durable_store, "w", 10, routes=routes)) == 2
+
+    async def test_a_queue_concurrency_limit_holds_across_claimers(
+        self, durable_store: Store, durable_second_store: Store
+    ) -> None:
+        await self.enqueue(durable_store, 6, row={"queue": "limited"})
+        limited = self.routes(Queue("limited", concurrency=2))
+        first = await self.claim(durable_store, "w1", 10, routes=limited)
+        second = await self.claim(durable_second_store, "w2", 10, routes=limited)
+        assert (len(first), len(second)) == (2, 0)
+        await durable_store.settle(first[0].lease, WorkflowStatus.SUCCEEDED, output="1")
+        assert len(await self.claim(durable_second_store, "w2", 10, routes=limited)) == 1
+
+    async def test_an_expired_lease_frees_its_slot(self, durable_store: Store) -> None:
+        await self.enqueue(durable_store, 3, row={"queue": "limited"})
+        limited = self.routes(Queue("limited", concurrency=1))
+        [crashed] = await self.claim(durable_store, "w1", 10, 0.5, routes=limited)
+        assert await self.claim(durable_store, "w2", 10, routes=limited) == []
+        await anyio.sleep(0.6)
+        [taken] = await self.claim(durable_store, "w2", 10, routes=limited)
+        assert taken.id == crashed.id and taken.crashed is not None
+
+    async def test_a_rate_limit_counts_starts_in_its_window(self, durable_store: Store) -> None:
+        await self.enqueue(durable_store, 5, row={"queue": "paced"})
+        paced = self.routes(Queue("paced", rate_limit=RateLimit(2, period=0.5)))
+        first = await self.claim(durable_store, "w", 10, routes=paced)
+        for item in first:
+            await durable_store.settle(item.lease, WorkflowStatus.SUCCEEDED, output="1")
+        assert len(first) == 2
+        assert await self.claim(durable_store, "w", 10, routes=paced) == []
+        await anyio.sleep(0.6)
+        assert len(await self.claim(durable_store, "w", 10, routes=paced)) == 2
+
+    async def test_a_concurrency_key_limits_each_key(self, durable_store: Store) -> None:
+        for key in ("alice", "bob"):
+            await self.enqueue(durable_store, 3, row={"queue": "keyed", "concurrency_key": key})
+        unkeyed = await self.enqueue(durable_store, 2, row={"queue": "keyed"})
+        keyed = self.routes(Queue("keyed", key_concurrency=1))
+        claimed = await self.claim(durable_store, "w", 10, routes=keyed)
+        records = [await durable_store.get_workflow(c.id) for c in claimed]
+        keys = sorted(str(r.concurrency_key) for r in records if r is not None)
+        assert keys == ["None", "None", "alice", "bob"]
+        assert set(unkeyed) <= {c.id for c in claimed}
+        assert await self.claim(durable_store, "w", 10, routes=keyed) == []
 
     async def test_claim_skips_held_and_finished_workflows(self, durable_store: Store) -> None:
         held, done, cancelled, free = await self.enqueue(durable_store, 4)
@@ -77,17 +183,16 @@ class ClaimerContract:
         assert finished is not None
         await durable_store.settle(finished.lease, WorkflowStatus.SUCCEEDED, output="1")
         await durable_store.cancel_workflow(cancelled)
-        claimed = await _claimer(durable_store).claim(worker_id="w", limit=10, lease_seconds=30)
+        claimed = await self.claim(durable_store, "w", 10, 30)
         assert [c.id for c in claimed] == [free]
 
     async def test_claim_reclaims_expired_leases(self, durable_store: Store) -> None:
         ids = await self.enqueue(durable_store, 2)
-        claimer = _claimer(durable_store)
-        first = await claimer.claim(worker_id="w1", limit=10, lease_seconds=self.short_lease)
+        first = await self.claim(durable_store, "w1", 10, self.short_lease)
         await durable_store.start_step(first[0].lease, 0, "s", '"in"')
         await durable_store.complete_step(first[0].lease, 0, '"cached"')
         await anyio.sleep(self.short_lease * 2 + 0.05)
-        second = await claimer.claim(worker_id="w2", limit=10, lease_seconds=30)
+        second = await self.claim(durable_store, "w2", 10, 30)
         assert sorted(c.id for c in second) == sorted(ids)
         assert all(c.attempts == 2 and c.lease.worker_id == "w2" for c in second)
         assert not {c.lease.token for c in first} & {c.lease.token for c in second}
@@ -108,7 +213,7 @@ class ClaimerContract:
         async def worker(number: int) -> None:
             while True:
                 batch = await claimers[number % 2].claim(
-                    worker_id=f"w{number}", limit=4, lease_seconds=30
+                    worker_id=f"w{number}", limit=4, lease_seconds=30, routes=self.routes()
                 )
                 if not batch:
                     return
@@ -180,7 +285,7 @@ class NoClaimerContract:
     async def test_claim_raises_claim_not_supported(self, durable_store: Store) -> None:
         if isinstance(durable_store, Claimer):
             with pytest.raises(ClaimNotSupportedError, match="PostgreSQL"):
-                await durable_store.claim(worker_id="w", limit=1, lease_seconds=30)
+                await durable_store.claim(worker_id="w", limit=1, lease_seconds=30, routes=[])
             with pytest.raises(ClaimNotSupportedError):
                 await durable_store.wait_for_work(0.01)
         else:

@@ -52,7 +52,29 @@ def record_from_row(row: Row) -> WorkflowRecord:
         parent_id=row["parent_id"],
         waiting_for=row["waiting_for"],
         deadline=row["deadline"],
+        queue=row["queue"],
+        priority=row["priority"],
+        concurrency_key=row["concurrency_key"],
+        started_at=row["started_at"],
+        headers=headers_from_text(workflow_id, row["headers"]),
     )
+
+
+def headers_from_text(workflow_id: str, text: str | None) -> dict[str, str] | None:
+    """A row's ``headers`` column, a JSON object of strings."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise CorruptRecordError(f"workflow {workflow_id} has headers that are not JSON") from exc
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise CorruptRecordError(
+            f"workflow {workflow_id} has headers that are not an object of strings"
+        )
+    return value
 
 
 def step_from_values(workflow_id: str, values: Any) -> StepRecord:
@@ -127,4 +149,6 @@ def claimed_from_row(
             else Lease(workflow_id, "", crashed_worker, attempts - 1, None)
         ),
         crashed_at=row["crashed_at"] if crashed_worker is not None else None,
+        queue=row["queue"],
+        headers=headers_from_text(workflow_id, row["headers"]),
     )

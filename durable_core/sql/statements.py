@@ -12,6 +12,7 @@ No parameter shares a column's name (SQLAlchemy reserves those in UPDATEs).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,8 +45,30 @@ CLAIMED_COLUMNS = (
     wf.c.lock_token,
     wf.c.parent_id,
     wf.c.deadline,
+    wf.c.queue,
+    wf.c.headers,
 )
-NEW_WORKFLOW_FIELDS = ("id", "name", "input", "max_attempts", "parent_id")
+NEW_WORKFLOW_FIELDS = (
+    "id",
+    "name",
+    "input",
+    "max_attempts",
+    "parent_id",
+    "queue",
+    "priority",
+    "concurrency_key",
+    "headers",
+)
+"""The columns a new row copies from its :class:`NewWorkflow` (see :func:`new_workflow_values`)."""
+
+
+def new_workflow_values(row: NewWorkflow) -> dict[str, Any]:
+    """``row``'s values for :data:`NEW_WORKFLOW_FIELDS` and its delay and timeout."""
+    values = {name: getattr(row, name) for name in NEW_WORKFLOW_FIELDS}
+    values["headers"] = None if row.headers is None else json.dumps(dict(row.headers))
+    values["delay_seconds"] = float(row.delay_seconds)
+    values["timeout_seconds"] = row.timeout_seconds
+    return values
 
 
 def param(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
@@ -89,6 +112,7 @@ def take_lease(dialect: SQLDialect, token: sa.ColumnElement[Any]) -> dict[str, A
         "lock_token": token,
         "locked_until": dialect.after("lease_seconds"),
         "waiting_for": sa.null(),
+        "started_at": sa.func.coalesce(wf.c.started_at, dialect.now()),
         "updated_at": dialect.now(),
     }
 
@@ -119,6 +143,10 @@ def new_workflow(
         "attempts": const(0),
         "max_attempts": source["max_attempts"],
         "parent_id": source["parent_id"],
+        "queue": source["queue"],
+        "priority": source["priority"],
+        "concurrency_key": source["concurrency_key"],
+        "headers": source["headers"],
         "run_at": run_at,
         "deadline": deadline,
         "created_at": now,
@@ -320,18 +348,7 @@ class Statements:
 
     def enqueue_params(self, rows: Sequence[NewWorkflow]) -> list[Params]:
         """The parameter sets of :attr:`enqueue` for ``rows``."""
-        return [
-            {
-                "id": row.id,
-                "name": row.name,
-                "input": row.input,
-                "max_attempts": row.max_attempts,
-                "parent_id": row.parent_id,
-                "delay_seconds": float(row.delay_seconds),
-                "timeout_seconds": row.timeout_seconds,
-            }
-            for row in rows
-        ]
+        return [new_workflow_values(row) for row in rows]
 
     def list_workflows(self, *, status: bool, name: bool) -> sa.Select[Any]:
         """The newest workflows first, filtered by ``status`` and/or ``name`` parameters."""

@@ -18,11 +18,15 @@ from collections.abc import Awaitable, Callable
 import anyio
 import asyncpg
 
+from durable_core.queues import Queue, Route
 from durable_core.records import NewWorkflow, WorkflowStatus
 from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
 from durable_postgres.dialect import PostgresStatements
+
+ROUTES = [Route(Queue("default"), ("bench",), 1000)]
+"""Every row these tests claim."""
 
 CLAIM = compile_statement(PostgresStatements().claim)
 
@@ -70,11 +74,11 @@ async def main(url: str) -> None:
         report("enqueue, 1000-row batch", await timed(20, lambda: store.enqueue(batches.pop())))
 
         await fill(db, 100_000)
-        claim = lambda: store.claim(worker_id="bench", limit=8, lease_seconds=60)  # noqa: E731
+        claim = lambda: store.claim(worker_id="bench", limit=8, lease_seconds=60, routes=ROUTES)  # noqa: E731
         await timed(20, claim)
         report("claim 8 (100k pending)", await timed(200, claim))
 
-        (held,) = await store.claim(worker_id="bench", limit=1, lease_seconds=60)
+        (held,) = await store.claim(worker_id="bench", limit=1, lease_seconds=60, routes=ROUTES)
         index = iter(range(1_000_000))
 
         async def step() -> None:
@@ -91,7 +95,9 @@ async def main(url: str) -> None:
         )
         report("heartbeat", await timed(300, lambda: store.heartbeat(held.lease, 60)))
 
-        settle_targets = await store.claim(worker_id="bench", limit=300, lease_seconds=60)
+        settle_targets = await store.claim(
+            worker_id="bench", limit=300, lease_seconds=60, routes=ROUTES
+        )
         report(
             "settle succeeded",
             await timed(

@@ -10,8 +10,12 @@ import pytest
 
 from durable_core.errors import StoreError, StoreUnavailableError
 from durable_core.hooks import plugin_manager
+from durable_core.queues import Queue, Route
 from durable_core.records import NewWorkflow, WorkflowStatus
 from durable_postgres import EmbeddedPostgres, PostgresStore
+
+ROUTES = [Route(Queue("default"), ("tests.flow",), 1000)]
+"""Every row these tests claim."""
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +39,7 @@ async def test_start_apply_schema_stop_and_restart(tmp_path: Path) -> None:
             await store.apply_schema()
             row = NewWorkflow(id="kept", name="tests.flow", input=json.dumps([1]), max_attempts=2)
             await store.enqueue([row])
-            claimed = await store.claim(worker_id="w", limit=5, lease_seconds=30)
+            claimed = await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES)
             assert [c.id for c in claimed] == ["kept"]
             await store.settle(claimed[0].lease, WorkflowStatus.SUCCEEDED, output='"done"')
     finally:

@@ -27,6 +27,7 @@ from durable_core.errors import (
     WorkflowConflictError,
     WorkflowNotFoundError,
 )
+from durable_core.queues import Queue, Route
 from durable_core.records import (
     ClaimedWorkflow,
     NewWorkflow,
@@ -41,6 +42,9 @@ from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
 from durable_postgres.dialect import PostgresStatements
+
+ROUTES = [Route(Queue("default"), ("tests.flow",), 1000)]
+"""Every row these tests claim."""
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +107,7 @@ async def db(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
 async def claim_one(
     store: PostgresStore, worker_id: str = "w1", lease: float = 30
 ) -> ClaimedWorkflow:
-    claimed = await store.claim(worker_id=worker_id, limit=1, lease_seconds=lease)
+    claimed = await store.claim(worker_id=worker_id, limit=1, lease_seconds=lease, routes=ROUTES)
     assert len(claimed) == 1
     return claimed[0]
 
@@ -237,7 +241,7 @@ async def test_claim_takes_at_most_limit_and_sets_the_lease(
     store: PostgresStore, db: asyncpg.Connection
 ) -> None:
     await store.enqueue(new(5))
-    claimed = await store.claim(worker_id="worker-a", limit=3, lease_seconds=45)
+    claimed = await store.claim(worker_id="worker-a", limit=3, lease_seconds=45, routes=ROUTES)
     server_now = await db.fetchval("SELECT now()")
     assert len(claimed) == 3
     assert len({c.lease.token for c in claimed}) == 3
@@ -253,9 +257,11 @@ async def test_claim_takes_at_most_limit_and_sets_the_lease(
         assert row["locked_by"] == "worker-a"
         assert row["lock_token"] == item.lease.token
         assert abs((row["locked_until"] - server_now).total_seconds() - 45) < 5
-    assert len(await store.claim(worker_id="worker-a", limit=10, lease_seconds=45)) == 2
-    assert await store.claim(worker_id="worker-a", limit=10, lease_seconds=45) == []
-    assert await store.claim(worker_id="worker-a", limit=0, lease_seconds=45) == []
+    assert (
+        len(await store.claim(worker_id="worker-a", limit=10, lease_seconds=45, routes=ROUTES)) == 2
+    )
+    assert await store.claim(worker_id="worker-a", limit=10, lease_seconds=45, routes=ROUTES) == []
+    assert await store.claim(worker_id="worker-a", limit=0, lease_seconds=45, routes=ROUTES) == []
 
 
 async def test_claim_returns_cached_steps_inline(store: PostgresStore) -> None:
@@ -292,7 +298,7 @@ async def test_concurrent_claimers_never_share_a_row(
 
     async def drain(claimer: PostgresStore, worker: str) -> None:
         while True:
-            batch = await claimer.claim(worker_id=worker, limit=7, lease_seconds=60)
+            batch = await claimer.claim(worker_id=worker, limit=7, lease_seconds=60, routes=ROUTES)
             if not batch:
                 return
             got[worker].extend(batch)
@@ -319,7 +325,7 @@ async def test_concurrent_claimers_never_share_a_row(
 async def test_not_yet_due_rows_are_not_claimed(store: PostgresStore) -> None:
     (later,) = new(1, delay=60)
     await store.enqueue([later])
-    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES) == []
     assert await store.acquire(later.id, worker_id="w", lease_seconds=30) is None
     forced = await store.acquire(later.id, worker_id="w", lease_seconds=30, due_only=False)
     assert forced is not None
@@ -350,7 +356,7 @@ async def test_expired_lease_is_reclaimed_with_a_new_token(
 ) -> None:
     await store.enqueue(new(1))
     old = await claim_one(store, "crashed", lease=0.2)
-    assert await store.claim(worker_id="other", limit=5, lease_seconds=30) == []
+    assert await store.claim(worker_id="other", limit=5, lease_seconds=30, routes=ROUTES) == []
     await anyio.sleep(0.4)
     new_owner = await claim_one(store, "other")
     assert new_owner.id == old.id
@@ -475,14 +481,14 @@ async def test_settle_pending_delays_the_retry_by_server_time(
     assert (row["status"], row["error"], row["output"]) == ("pending", '{"m": "x"}', None)
     assert (row["locked_by"], row["lock_token"], row["locked_until"]) == (None, None, None)
     assert row["completed_at"] is None
-    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES) == []
 
 
 async def test_settle_terminal_sets_completed_at(
     store: PostgresStore, db: asyncpg.Connection
 ) -> None:
     await store.enqueue(new(2))
-    one, two = await store.claim(worker_id="w", limit=2, lease_seconds=30)
+    one, two = await store.claim(worker_id="w", limit=2, lease_seconds=30, routes=ROUTES)
     await store.settle(one.lease, WorkflowStatus.SUCCEEDED, output='"done"')
     await store.settle(two.lease, WorkflowStatus.FAILED, error='{"m": "bad"}')
     done = await store.get_workflow(one.id)
@@ -580,20 +586,20 @@ async def test_a_claim_starts_listening_so_no_enqueue_goes_unheard(
     store: PostgresStore, other: PostgresStore, db: asyncpg.Connection
 ) -> None:
     assert await listener_pids(db) == []
-    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES) == []
     assert len(await listener_pids(db)) == 1
     await other.enqueue(new(1))  # between the empty claim and the wait
     started = time.monotonic()
     await store.wait_for_work(5)
     assert time.monotonic() - started < 0.5
-    assert len(await store.claim(worker_id="w", limit=5, lease_seconds=30)) == 1
+    assert len(await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES)) == 1
 
 
 async def test_retry_wakes_a_waiting_worker(store: PostgresStore, other: PostgresStore) -> None:
     await store.enqueue(new(1))
     claimed = await claim_one(store)
     await store.settle(claimed.lease, WorkflowStatus.FAILED, error="{}")
-    assert await store.claim(worker_id="w", limit=1, lease_seconds=30) == []
+    assert await store.claim(worker_id="w", limit=1, lease_seconds=30, routes=ROUTES) == []
     started = time.monotonic()
     async with anyio.create_task_group() as group:
         group.start_soon(store.wait_for_work, 5)
@@ -613,7 +619,9 @@ async def listener_pids(db: asyncpg.Connection) -> list[int]:
 async def test_listener_survives_backend_termination(
     store: PostgresStore, other: PostgresStore, db: asyncpg.Connection
 ) -> None:
-    assert await store.claim(worker_id="w", limit=1, lease_seconds=30) == []  # starts listening
+    assert (
+        await store.claim(worker_id="w", limit=1, lease_seconds=30, routes=ROUTES) == []
+    )  # starts listening
     (pid,) = await listener_pids(db)
     assert await db.fetchval("SELECT pg_terminate_backend($1)", pid)
 
@@ -645,7 +653,7 @@ async def test_listen_off_polls_only(
 ) -> None:
     separator = "&" if "?" in postgres_url else "?"
     async with PostgresStore(f"{postgres_url}{separator}durable_listen=off") as polling:
-        assert await polling.claim(worker_id="w", limit=1, lease_seconds=30) == []
+        assert await polling.claim(worker_id="w", limit=1, lease_seconds=30, routes=ROUTES) == []
         assert await listener_pids(db) == []
         started = time.monotonic()
         async with anyio.create_task_group() as group:
@@ -653,7 +661,9 @@ async def test_listen_off_polls_only(
             await anyio.sleep(0.1)
             await other.enqueue(new(1))
         assert time.monotonic() - started > 0.55
-        assert len(await polling.claim(worker_id="w", limit=1, lease_seconds=30)) == 1
+        assert (
+            len(await polling.claim(worker_id="w", limit=1, lease_seconds=30, routes=ROUTES)) == 1
+        )
     with pytest.raises(InvalidDatabaseURLError, match="durable_listen"):
         PostgresStore(f"{postgres_url}{separator}durable_listen=maybe")
 
@@ -669,15 +679,15 @@ async def test_wait_for_work_ends_when_the_next_sleep_or_delayed_start_falls_due
     wait = Wait(WaitKind.SLEEP, "", deadline, 0, "durable.sleep", "[]")
     assert await store.suspend(claimed.lease, wait, "null")
     await anyio.sleep(0.05)  # the enqueue's NOTIFY has arrived: the claim below spends it
-    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES) == []
     started = time.monotonic()
     await store.wait_for_work(10)
     assert 0.2 < time.monotonic() - started < 1.5, "woken by the sleep's end, not the timeout"
-    [woken] = await store.claim(worker_id="w", limit=5, lease_seconds=30)
+    [woken] = await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES)
     assert woken.id == sleeper.id
     await store.enqueue(new(1, delay=0.6))
     await anyio.sleep(0.1)  # the enqueue's NOTIFY has arrived: the claim below spends it
-    assert await store.claim(worker_id="w", limit=5, lease_seconds=30) == []
+    assert await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES) == []
     started = time.monotonic()
     await store.wait_for_work(10)
     assert 0.3 < time.monotonic() - started < 1.5, "woken when the delayed start is due"
@@ -693,7 +703,7 @@ async def test_a_sleep_that_ended_is_claimed_before_newer_work(store: PostgresSt
     assert await store.suspend(claimed.lease, wait, "null")
     await anyio.sleep(0.2)
     await store.enqueue(new(20))  # due now, after the sleep ended
-    first = await store.claim(worker_id="w", limit=5, lease_seconds=30)
+    first = await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES)
     assert sleeper.id in {c.id for c in first}, "the oldest due work goes first"
 
 
@@ -721,7 +731,7 @@ async def test_unreachable_server_is_store_unavailable() -> None:
         with pytest.raises(StoreUnavailableError, match="get_workflow on PostgreSQL"):
             await lazy.get_workflow("x")
         with pytest.raises(StoreUnavailableError, match="claim on PostgreSQL"):
-            await lazy.claim(worker_id="w", limit=1, lease_seconds=1)
+            await lazy.claim(worker_id="w", limit=1, lease_seconds=1, routes=ROUTES)
         with pytest.raises(StoreUnavailableError, match="apply_schema on PostgreSQL"):
             await lazy.apply_schema()
     finally:
@@ -763,7 +773,7 @@ async def test_missing_tables_are_schema_missing(empty_database_url: str) -> Non
         with pytest.raises(SchemaMissingError, match=r"^enqueue on PostgreSQL"):
             await store.enqueue(new(1))
         with pytest.raises(SchemaMissingError, match=r"^claim on PostgreSQL"):
-            await store.claim(worker_id="w", limit=1, lease_seconds=1)
+            await store.claim(worker_id="w", limit=1, lease_seconds=1, routes=ROUTES)
         await store.apply_schema()
         await store.apply_schema()  # idempotent
         assert await store.get_workflow("x") is None
@@ -827,11 +837,12 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 async def test_claim_plan_is_index_driven_and_sorts_only_its_candidates(
     store: PostgresStore, db: asyncpg.Connection
 ) -> None:
-    await db.execute(
-        "INSERT INTO workflows (id, name, status, input, max_attempts, run_at, created_at, "
-        "updated_at) SELECT gen_random_uuid()::text, 'bulk', 'pending', '[]', 3, "
-        "now() - g * interval '1 ms', now(), now() FROM generate_series(1, 50000) g"
-    )
+    for name in ("bulk", "unserved"):
+        await db.execute(
+            "INSERT INTO workflows (id, name, status, input, max_attempts, run_at, created_at, "
+            f"updated_at) SELECT gen_random_uuid()::text, '{name}', 'pending', '[]', 3, "
+            "now() - g * interval '1 ms', now(), now() FROM generate_series(1, 50000) g"
+        )
     # As many workflows waiting on deadlines still to come: their scan stays index-driven.
     await db.execute(
         "INSERT INTO workflows (id, name, status, input, max_attempts, run_at, created_at, "
@@ -839,25 +850,27 @@ async def test_claim_plan_is_index_driven_and_sorts_only_its_candidates(
         "now() + g * interval '1 s', now(), now(), 'sleep' FROM generate_series(1, 50000) g"
     )
     await db.execute("ANALYZE workflows")
+    statements = PostgresStatements()
+    routes = [Route(Queue("default", concurrency=100), ("bulk", "idle"), 8)]
     transaction = db.transaction()
     await transaction.start()
     try:
-        claim = compile_statement(PostgresStatements().claim)
-        args = claim.args({"worker": "w", "limit": 8, "lease_seconds": 30.0})
+        claim = compile_statement(statements.claim)
+        params = {"worker": "w", "limit": 8, "lease_seconds": 30.0}
+        args = claim.args({**params, **statements.claim_params(routes)})
         raw = await db.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {claim.sql}", *args)
     finally:
         await transaction.rollback()
     nodes = plan_nodes(json.loads(raw)[0]["Plan"])
     types = [node["Node Type"] for node in nodes]
-    # The one sort merges the due and the woken scans: at most 2 * limit rows.
-    assert [node["Actual Rows"] <= 16 for node in nodes if node["Node Type"] == "Sort"] == [True]
+    # Sorts order the candidates only: the expired scan's and each lane's due and woken
+    # scans, at most limit rows each (two lanes here).
+    assert all(node["Actual Rows"] <= 5 * 8 for node in nodes if node["Node Type"] == "Sort")
     assert "Seq Scan" not in types
     indexes = {node.get("Index Name") for node in nodes if node["Node Type"] == "Index Scan"}
-    assert {"ix_workflows_status_run_at", "ix_workflows_status_locked_until"} <= indexes
+    assert {"ix_workflows_route", "ix_workflows_status_locked_until"} <= indexes
     scanned = max(
-        node["Actual Rows"]
-        for node in nodes
-        if node.get("Index Name") == "ix_workflows_status_run_at"
+        node["Actual Rows"] for node in nodes if node.get("Index Name") == "ix_workflows_route"
     )
     assert scanned <= 8
     assert await db.fetchval("SELECT count(*) FROM workflows WHERE status = 'running'") == 0
