@@ -60,7 +60,11 @@ class Workers:
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, **env: str | int) -> subprocess.Popen[bytes]:
+    def start(
+        self, *args: str, app: str = "tests.worker.app", **env: str | int
+    ) -> subprocess.Popen[bytes]:
+        """A ``durable worker`` process running ``app`` (with the side-table bootstrap when it
+        is ``tests.worker.app``), with ``args`` added to its command line."""
         environment = {
             **os.environ,
             "DURABLE_DATABASE_URL": self.url,
@@ -76,9 +80,13 @@ class Workers:
                 "durable_core",
                 "worker",
                 "--app",
-                "tests.worker.app",
-                "--bootstrap",
-                "tests.worker.app:bootstrap",
+                app,
+                *(
+                    ["--bootstrap", "tests.worker.app:bootstrap"]
+                    if app == "tests.worker.app"
+                    else []
+                ),
+                *args,
             ],
             env=environment,
             cwd=ROOT,

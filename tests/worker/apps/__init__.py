@@ -1,0 +1,1 @@
+"""Small apps for worker processes that each serve only some workflows or queues."""
