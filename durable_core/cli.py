@@ -23,7 +23,7 @@ from .config import WorkflowConfig
 from .errors import ConfigurationError, FrameworkError
 from .failures import load_error
 from .hooks import plugin_manager
-from .records import WorkflowRecord, WorkflowStatus
+from .records import BacklogRecord, WorkflowRecord, WorkflowStatus
 from .registry import default_registry
 from .schema import SCHEMA_VERSION
 from .store import EmbeddedDatabase, Store
@@ -196,6 +196,32 @@ async def _list(args: argparse.Namespace) -> int:
             f"{r.name}{waiting}"
         )
     return 0
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        rows = await DurableClient(store).backlog()
+    if args.json:
+        print(json.dumps([_backlog_json(row) for row in rows], indent=2))
+        return 0
+    if not rows:
+        print("nothing pending, running or waiting")
+        return 0
+    print(f"{'queue':16}  {'status':8}  {'count':>8}  {'oldest run_at':19}  name")
+    for row in rows:
+        oldest = row.oldest.strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{row.queue:16}  {row.status.value:8}  {row.count:>8}  {oldest}  {row.name}")
+    return 0
+
+
+def _backlog_json(row: BacklogRecord) -> dict[str, Any]:
+    return {
+        "queue": row.queue,
+        "name": row.name,
+        "status": row.status.value,
+        "count": row.count,
+        "oldest": row.oldest.isoformat(),
+    }
 
 
 def _waiting(record: WorkflowRecord) -> str:
@@ -387,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=_list)
+
+    stats = with_database(
+        commands.add_parser("stats", help="count unfinished workflows by queue, name and status")
+    )
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(run=_stats)
 
     show = with_database(commands.add_parser("show", help="inspect one workflow and its steps"))
     show.add_argument("workflow_id")

@@ -31,7 +31,7 @@ from .handle import WorkflowHandle
 from .hooks import observers
 from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
-from .records import NewWorkflow, WorkflowRecord, WorkflowStatus
+from .records import BacklogRecord, NewWorkflow, WorkflowRecord, WorkflowStatus
 from .registry import Workflow, as_workflow, positive_seconds
 from .serialization import encode, encode_arguments
 from .store import Store
@@ -342,6 +342,11 @@ class DurableClient:
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, got {limit}")
         return await self.store.list_workflows(status=status, name=name, limit=limit)
+
+    async def backlog(self) -> list[BacklogRecord]:
+        """The unfinished workflows counted by queue, name and status: what waits to be
+        claimed (a name that no worker serves stays pending here), runs, and sleeps."""
+        return await self.store.backlog()
 
     async def get(self, workflow_id: str) -> WorkflowRecord:
         """The row of workflow ``workflow_id``; :class:`WorkflowNotFoundError` if none."""

@@ -144,6 +144,18 @@ class WorkflowRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class BacklogRecord:
+    """How many unfinished workflows of one name are in one queue with one status."""
+
+    queue: str
+    name: str
+    status: WorkflowStatus
+    count: int
+    oldest: datetime
+    """The earliest ``run_at`` among them (when the longest-due of them became due)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One row of the ``workflow_steps`` table."""
 

@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 from .queues import Route
 from .records import (
     AttemptRecord,
+    BacklogRecord,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -87,6 +88,11 @@ class Store(Protocol):
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         """Every recorded step of a workflow, ordered by index, in one query."""
+        ...
+
+    async def backlog(self) -> list[BacklogRecord]:
+        """The unfinished workflows (pending, running, waiting) counted by queue, name and
+        status, in that order."""
         ...
 
     async def retry_workflow(self, workflow_id: str) -> None:

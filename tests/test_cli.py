@@ -316,3 +316,26 @@ def test_start_uses_the_embedded_database_when_no_url_is_given(tmp_path: Path) -
         "pending",
     )
     assert not (tmp_path / "pgdata" / "postmaster.pid").exists(), "the server was stopped"
+
+
+async def test_stats_counts_what_is_left_by_queue_name_and_status(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    empty = durable("stats", "--database-url", url)
+    assert (empty.returncode, empty.stdout.strip()) == (0, "nothing pending, running or waiting")
+    client = DurableClient(sqlite_store)
+    await client.start_workflows(hello, [("a",), ("b",)])
+    await client.with_options(queue="reports").start_workflow(hello, "c")
+    shown = durable("stats", "--database-url", url)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()[1:]
+    assert [line.split()[:3] + line.split()[-1:] for line in lines] == [
+        ["default", "pending", "2", hello.name],
+        ["reports", "pending", "1", hello.name],
+    ]
+    as_json = json.loads(durable("stats", "--json", "--database-url", url).stdout)
+    assert [(r["queue"], r["status"], r["count"]) for r in as_json] == [
+        ("default", "pending", 2),
+        ("reports", "pending", 1),
+    ]

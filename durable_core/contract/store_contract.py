@@ -245,6 +245,29 @@ class StoreContract(WaitingContract):
         ) == {done.id}
         assert await durable_store.list_workflows(status=WorkflowStatus.FAILED) == []
 
+    async def test_backlog_counts_unfinished_workflows_by_queue_name_and_status(
+        self, durable_store: Store
+    ) -> None:
+        name, done_name = unique_name("backlog"), unique_name("backlog-done")
+        rows = [new_workflow(name) for _ in range(3)]
+        elsewhere = dataclasses.replace(new_workflow(name), queue="reports")
+        done = new_workflow(done_name)
+        await durable_store.enqueue([*rows, elsewhere, done])
+        assert await durable_store.acquire(rows[0].id, worker_id="w", lease_seconds=30)
+        finished = await durable_store.acquire(done.id, worker_id="w", lease_seconds=30)
+        assert finished is not None
+        await durable_store.settle(finished.lease, WorkflowStatus.SUCCEEDED, output="1")
+        mine = [
+            (r.queue, r.status, r.count)
+            for r in await durable_store.backlog()
+            if r.name in (name, done_name)
+        ]
+        assert mine == [
+            ("default", WorkflowStatus.PENDING, 2),
+            ("default", WorkflowStatus.RUNNING, 1),
+            ("reports", WorkflowStatus.PENDING, 1),
+        ]
+
     async def test_list_name_filter_is_exact(self, durable_store: Store) -> None:
         name = unique_name("Case")
         exact = await self.enqueue_one(durable_store, name=name)

@@ -225,6 +225,17 @@ class Statements:
             .with_for_update()
         )
 
+        # -- what is left to do, per queue and name (ix_workflows_route leads with these)
+        count = sa.func.count().label("count")
+        self.backlog = (
+            sa.select(
+                wf.c.queue, wf.c.name, wf.c.status, count, sa.func.min(wf.c.run_at).label("oldest")
+            )
+            .where(wf.c.status.in_([PENDING, RUNNING, WAITING]))
+            .group_by(wf.c.status, wf.c.queue, wf.c.name)
+            .order_by(wf.c.queue, wf.c.name, wf.c.status)
+        )
+
         # -- attempt history: one row per ended attempt
         self.record_attempt = att.insert().values(
             workflow_id=param("workflow"),

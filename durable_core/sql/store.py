@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..records import (
     AttemptRecord,
+    BacklogRecord,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -41,7 +42,13 @@ from . import errors
 from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
 from .repeats import check_repeats, unique_starts
-from .rows import attempt_from_row, claimed_from_row, record_from_row, step_from_row
+from .rows import (
+    attempt_from_row,
+    claimed_from_row,
+    record_from_row,
+    step_from_row,
+    workflow_status,
+)
 from .statements import CLAIMED_COLUMNS, Statements, wf
 from .waiting import WaitingOperations
 
@@ -257,6 +264,20 @@ class SQLStore(WaitingOperations):
         params = {"workflow": workflow_id}
         rows = await self._fetch("load_steps", self.statements.load_steps, params)
         return [step_from_row(workflow_id, row) for row in rows]
+
+    async def backlog(self) -> list[BacklogRecord]:
+        """Unfinished workflows counted by queue, name and status (one index scan)."""
+        rows = await self._fetch("backlog", self.statements.backlog, {})
+        return [
+            BacklogRecord(
+                queue=row["queue"],
+                name=row["name"],
+                status=workflow_status(f"named {row['name']}", row["status"]),
+                count=row["count"],
+                oldest=row["oldest"],
+            )
+            for row in rows
+        ]
 
     async def _refuse(self, workflow_id: str, operation: str, rule: str) -> None:
         """Say why a transition did not apply: no such workflow, or not in a state it allows."""

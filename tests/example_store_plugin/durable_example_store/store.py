@@ -12,6 +12,7 @@ from datetime import datetime
 from durable_core.errors import InvalidDatabaseURLError
 from durable_core.records import (
     AttemptRecord,
+    BacklogRecord,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -67,6 +68,9 @@ class ExampleStore:
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         return await self._inner.load_steps(workflow_id)
+
+    async def backlog(self) -> list[BacklogRecord]:
+        return await self._inner.backlog()
 
     async def retry_workflow(self, workflow_id: str) -> None:
         await self._inner.retry_workflow(workflow_id)
