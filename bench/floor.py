@@ -23,6 +23,7 @@ from bench import sql
 from bench.common import plain_dsn
 from durable_core.client import new_workflow_id
 from durable_core.config import WorkflowConfig
+from durable_core.queues import Queue
 
 LEASE_SECONDS = float(WorkflowConfig().lock_timeout_secs)
 STEP_NAMES = ("bench.app.first", "bench.app.second", "bench.app.third")
@@ -91,15 +92,15 @@ def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> list[Any]:
     return sql.positional(sql.ENQUEUE, **{key: given.get(key, nulls) for key in sql.ENQUEUE.names})
 
 
-def claim_args(worker_id: str, limit: int) -> list[Any]:
+def claim_args(worker_id: str, limit: int, queue: Queue | None = None) -> list[Any]:
     """The parameters of the claim statement (``sql.CLAIM.sql``): the routes a worker running
-    ``bench.app`` on the default queue sends."""
+    ``bench.app`` on ``queue`` (the default queue if none) sends."""
     return sql.positional(
         sql.CLAIM,
         worker=worker_id,
         limit=limit,
         lease_seconds=LEASE_SECONDS,
-        **sql.claim_params(limit),
+        **sql.claim_params(limit, queue),
     )
 
 

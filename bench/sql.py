@@ -36,12 +36,18 @@ POOL_MAX: int = _defaults["max_size"].default
 __all__ = ["CHANNEL", "CLAIM", "COMPLETE_STEP", "ENQUEUE", "SETTLE_FINAL", "START_STEP"]
 
 
-def claim_params(limit: int) -> dict[str, Any]:
-    """The routes of a worker serving every workflow of ``bench.app`` on the default queue."""
+SERIALIZED: Compiled = compile_statement(_statements.serialized)
+"""Taking the claim locks of queues with fleet limits, before such a claim."""
+
+
+def claim_params(limit: int, queue: Queue | None = None) -> dict[str, Any]:
+    """The routes of a worker serving every workflow of ``bench.app`` on ``queue`` (the
+    default queue, without limits, if none)."""
     from bench import app
 
     names = tuple(sorted(w.name for w in vars(app).values() if isinstance(w, Workflow)))
-    return _statements.claim_params([Route(Queue(DEFAULT_QUEUE), names, limit)])
+    route = Route(queue or Queue(DEFAULT_QUEUE), names, limit)
+    return _statements.claim_params([route])
 
 
 def positional(statement: Compiled, **params: Any) -> list[Any]:

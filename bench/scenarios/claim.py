@@ -19,6 +19,7 @@ import asyncpg
 from bench import sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import claim_args
+from durable_core.queues import DEFAULT_QUEUE, Queue
 
 NAME = "claim"
 TITLE = "Claim cost as the backlog grows (ms per claim statement)"
@@ -52,20 +53,42 @@ FROM generate_series($1::int + 1, $2::int) AS g,
 """
 
 
+LIMITED = Queue(DEFAULT_QUEUE, concurrency=1_000_000)
+"""The default queue with a fleet concurrency limit that never binds: what the claim
+costs when it must take the queue's lock and count what runs."""
+
+_UNSERVED = """
+INSERT INTO workflows (id, name, status, input, attempts, max_attempts, run_at,
+                       created_at, updated_at)
+SELECT lpad(to_hex(g), 8, '0') || '-0000-7000-8000-000000000003', 'other.app.report',
+       'pending', '{"args":[1],"kwargs":{}}', 0, 3, t, t, t
+FROM generate_series(1, $1::int) AS g,
+     LATERAL (SELECT now() - interval '3 days' + g * interval '10 ms') AS at(t)
+"""
+
+
 async def timed_claims(
-    conn: asyncpg.Connection, limit: int, expected: int, iterations: int
+    conn: asyncpg.Connection,
+    limit: int,
+    expected: int,
+    iterations: int,
+    queue: Queue | None = None,
 ) -> tuple[list[float], asyncpg.prepared_stmt.PreparedStatement]:
-    """Milliseconds per claim statement, each run in a transaction rolled back and checked
-    to return ``expected`` rows; and the prepared statement (the server forgets it once
-    the object is gone)."""
+    """Milliseconds per claim (with ``queue``'s limits: its lock statement and the claim),
+    each run in a transaction rolled back and checked to return ``expected`` rows; and
+    the prepared statement (the server forgets it once the object is gone)."""
     claim = await conn.prepare(sql.CLAIM.sql)
+    lock = await conn.prepare(sql.SERIALIZED.sql)
+    lock_args = sql.positional(sql.SERIALIZED, locked_queues=[DEFAULT_QUEUE])
     times = []
     for _ in range(iterations):
         transaction = conn.transaction()
         await transaction.start()
         try:
             started = time.perf_counter()
-            rows = await claim.fetch(*claim_args("bench:claim", limit))
+            if queue is not None and queue.fleet_limited:
+                await lock.fetch(*lock_args)
+            rows = await claim.fetch(*claim_args("bench:claim", limit, queue))
             times.append((time.perf_counter() - started) * 1000)
         finally:
             await transaction.rollback()
@@ -115,6 +138,35 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
                 figures[f"limit {limit}"] = median(await _claims(conn, limit, iterations))
             figures["select 1"] = median(await _round_trips(conn, iterations))
             per_size[size] = figures
+        largest = per_size[sizes[-1]]["limit 32"]
+        # The same claim with a fleet limit on the queue: its lock and its count of what runs.
+        limited = median((await timed_claims(conn, 32, 32, iterations, LIMITED))[0])
+        result.add(
+            Figure(
+                name=f"claim 32 rows from a queue with a fleet limit, {sizes[-1]:,} pending",
+                unit="ms",
+                value=limited,
+                floor=largest,
+                better="lower",
+                note="floor = the same claim from the queue without limits",
+            )
+        )
+        # As many rows again of a workflow this worker does not serve: routing skips them.
+        await conn.execute(_UNSERVED, sizes[-1])
+        await conn.execute("ANALYZE workflows")
+        unserved = median(await _claims(conn, 32, iterations))
+        result.add(
+            Figure(
+                name=f"claim 32 rows, {sizes[-1]:,} pending + {sizes[-1]:,} nobody serves",
+                unit="ms",
+                value=unserved,
+                floor=largest,
+                better="lower",
+                note="the unserved rows are older (first in run_at order); floor = without them",
+                target=f"<= {TARGET_GROWTH:g}x the floor",
+                met=unserved <= TARGET_GROWTH * largest,
+            )
+        )
         result.details["load_and_measure_seconds"] = time.perf_counter() - started
         plan = await _explain(conn, limits[1])
         result.details["plan_at_largest"] = plan
