@@ -42,6 +42,7 @@ from durable_core.sql.statements import (
     wf,
 )
 
+
 def _unbounded(kind: sa.types.TypeEngine[Any]) -> sa.types.TypeEngine[Any]:
     # An array of VARCHAR(n) would truncate an over-long value; the column refuses it.
     return sa.Text() if isinstance(kind, sa.String) else kind
