@@ -49,6 +49,7 @@ from .errors import (
 from .executor import Executor
 from .handle import WorkflowHandle
 from .hooks import hookimpl, register_observer, unregister_observer
+from .patching import deprecate_patch, patched
 from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
@@ -106,9 +107,11 @@ __all__ = [
     "cleanup",
     "current_store",
     "default_registry",
+    "deprecate_patch",
     "get_handle",
     "hookimpl",
     "open_store",
+    "patched",
     "recv",
     "register_observer",
     "send",
