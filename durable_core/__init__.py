@@ -31,6 +31,8 @@ from .errors import (
     LeaseLostError,
     NotAWorkflowError,
     RegistrationError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
     SchemaMissingError,
     SchemaOutdatedError,
     SerializationError,
@@ -54,6 +56,7 @@ from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
 from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
+from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
 from .waiting import recv, send, set_event, sleep, sleep_until
@@ -79,6 +82,10 @@ __all__ = [
     "Registry",
     "RegistrationError",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleConflictError",
+    "ScheduleNotFoundError",
+    "ScheduleRecord",
     "SchemaMissingError",
     "SchemaOutdatedError",
     "SerializationError",
