@@ -31,6 +31,8 @@ from .errors import (
     LeaseLostError,
     NotAWorkflowError,
     RegistrationError,
+    ScheduleConflictError,
+    ScheduleNotFoundError,
     SchemaMissingError,
     SchemaOutdatedError,
     SerializationError,
@@ -49,10 +51,12 @@ from .errors import (
 from .executor import Executor
 from .handle import WorkflowHandle
 from .hooks import hookimpl, register_observer, unregister_observer
+from .patching import deprecate_patch, patched
 from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
 from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
+from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
 from .waiting import recv, send, set_event, sleep, sleep_until
@@ -78,6 +82,10 @@ __all__ = [
     "Registry",
     "RegistrationError",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleConflictError",
+    "ScheduleNotFoundError",
+    "ScheduleRecord",
     "SchemaMissingError",
     "SchemaOutdatedError",
     "SerializationError",
@@ -106,9 +114,11 @@ __all__ = [
     "cleanup",
     "current_store",
     "default_registry",
+    "deprecate_patch",
     "get_handle",
     "hookimpl",
     "open_store",
+    "patched",
     "recv",
     "register_observer",
     "send",

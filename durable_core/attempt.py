@@ -87,6 +87,8 @@ class Attempt:
         self.given_up: list[BaseException] = []
         """Errors a step's retry policy gave up on: if one fails the body, no attempt follows."""
         self.body_scope = anyio.CancelScope()
+        self.patches: dict[str, bool] = {}
+        """Each patch id's answer in this attempt (see :mod:`durable_core.patching`)."""
         self._next_index = 0
 
     # -- the history --------------------------------------------------------------------------
@@ -104,6 +106,10 @@ class Attempt:
         index = self._next_index
         self._next_index += 1
         return index
+
+    def peek_step_index(self) -> int:
+        """The index the next step call will take."""
+        return self._next_index
 
     # -- steps --------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 
 from .backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
+from .cli_schedules import Helpers
+from .cli_schedules import add_commands as add_schedule_commands
 from .client import DurableClient
 from .config import WorkflowConfig
 from .errors import ConfigurationError, FrameworkError
@@ -433,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = with_database(commands.add_parser("cancel", help="cancel a workflow"))
     cancel.add_argument("workflow_id")
     cancel.set_defaults(run=_cancel)
+
+    helpers = Helpers(with_database, with_app, opened_store, import_app, _json_option, APP_ENV)
+    add_schedule_commands(commands, helpers)
     return parser
 
 

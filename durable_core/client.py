@@ -33,6 +33,7 @@ from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import BacklogRecord, NewWorkflow, WorkflowRecord, WorkflowStatus
 from .registry import Workflow, as_workflow, positive_seconds
+from .schedule_admin import ScheduleMethods
 from .serialization import encode, encode_arguments
 from .store import Store
 
@@ -109,8 +110,9 @@ def _default_max_attempts() -> int:
     return WorkflowConfig().max_attempts
 
 
-class DurableClient:
-    """Starts workflows on one store and hands out handles to them."""
+class DurableClient(ScheduleMethods):
+    """Starts workflows on one store and hands out handles to them; adds, lists, pauses,
+    resumes and deletes schedules (:class:`~durable_core.schedule_admin.ScheduleMethods`)."""
 
     def __init__(
         self,

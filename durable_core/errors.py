@@ -111,6 +111,18 @@ class WorkflowConflictError(FrameworkError):
     retryable = False
 
 
+class ScheduleNotFoundError(FrameworkError):
+    """No schedule has this name."""
+
+    retryable = False
+
+
+class ScheduleConflictError(FrameworkError):
+    """A schedule of this name exists already, starting something else or at other times."""
+
+    retryable = False
+
+
 class ClaimNotSupportedError(FrameworkError):
     """This store cannot claim work: the worker needs PostgreSQL."""
 
@@ -177,6 +189,8 @@ __all__ = [
     "LeaseLostError",
     "NotAWorkflowError",
     "RegistrationError",
+    "ScheduleConflictError",
+    "ScheduleNotFoundError",
     "SchemaMissingError",
     "SchemaOutdatedError",
     "SerializationError",

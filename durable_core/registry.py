@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .errors import (
     ConfigurationError,
     DuplicateWorkflowError,
+    InvalidArgumentsError,
     NotAWorkflowError,
     RegistrationError,
     UnknownWorkflowError,
 )
 from .queues import DEFAULT_QUEUE, Queue, queue_name
 from .retry import RetryPolicy
+from .schedules import Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -34,12 +36,15 @@ class Workflow(Generic[P, R]):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         queue: str = DEFAULT_QUEUE,
+        schedule: Schedule | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
         self.retry = retry
         self.timeout = timeout
         self.queue = queue
+        self.schedule = schedule
+        """Started on every tick of this, once a worker has it (a schedule named ``name``)."""
         self.max_attempts = retry.max_attempts if retry is not None else max_attempts
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
@@ -168,6 +173,8 @@ def workflow(
     timeout: float | timedelta | None = None,
     queue: Queue | str | None = None,
     registry: Registry | None = None,
+    schedule: Schedule | str | None = None,
+    schedule_timezone: str | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -181,6 +188,8 @@ def workflow(
     timeout: float | timedelta | None = None,
     queue: Queue | str | None = None,
     registry: Registry | None = None,
+    schedule: Schedule | str | None = None,
+    schedule_timezone: str | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare an ``async def`` as a durable workflow.
 
@@ -193,6 +202,9 @@ def workflow(
     :meth:`~durable_core.client.DurableClient.with_options`). ``queue`` (a
     :class:`~durable_core.queues.Queue` with its limits, or a queue's name) is where
     its runs wait to be claimed; ``"default"`` otherwise.
+    ``schedule`` (a cron expression, read in ``schedule_timezone`` or UTC, or a
+    :class:`~durable_core.schedules.Schedule`) starts it on every tick once a worker
+    that imports it runs: the schedule is named after the workflow.
     """
     target = registry or default_registry
     try:
@@ -221,11 +233,44 @@ def workflow(
             retry=retry,
             timeout=positive_seconds(timeout, "a workflow timeout"),
             queue=home,
+            schedule=_schedule(schedule, schedule_timezone),
         )
+        if definition.schedule is not None:
+            try:
+                check_arguments(definition, definition.schedule.args, definition.schedule.kwargs)
+            except InvalidArgumentsError as exc:
+                raise RegistrationError(str(exc)) from None
         target.add(definition)
         return definition
 
     return decorate if fn is None else decorate(fn)
+
+
+def _schedule(schedule: Schedule | str | None, timezone: str | None) -> Schedule | None:
+    if isinstance(schedule, Schedule) and timezone is not None:
+        raise RegistrationError("give the time zone in the Schedule, not in schedule_timezone")
+    try:
+        if isinstance(schedule, str):
+            return Schedule(schedule, timezone or "UTC")
+    except ConfigurationError as exc:
+        raise RegistrationError(str(exc)) from None
+    if schedule is not None and not isinstance(schedule, Schedule):
+        raise RegistrationError(f"schedule is a cron expression or a Schedule, got {schedule!r}")
+    if schedule is None and timezone is not None:
+        raise RegistrationError("schedule_timezone needs a schedule")
+    return schedule
+
+
+def check_arguments(
+    definition: Workflow[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """Raise :class:`InvalidArgumentsError` unless ``args`` and ``kwargs`` fit the workflow."""
+    try:
+        inspect.signature(definition.fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidArgumentsError(
+            f"arguments do not fit workflow {definition.name}: {exc}"
+        ) from None
 
 
 def positive_seconds(value: float | timedelta | None, what: str) -> float | None:

@@ -30,6 +30,7 @@ from .records import (
     WorkflowRecord,
     WorkflowStatus,
 )
+from .schedules import ScheduleRecord
 
 
 @runtime_checkable
@@ -212,6 +213,59 @@ class Store(Protocol):
 
     async def set_event(self, lease: Lease, key: str, value: str) -> None:
         """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
+        ...
+
+    # -- schedules (schema version 4) ----------------------------------------------------------
+
+    async def add_schedule(self, schedule: ScheduleRecord) -> bool:
+        """Insert ``schedule`` unless one has its name; whether it was inserted."""
+        ...
+
+    async def update_schedule(self, schedule: ScheduleRecord) -> bool:
+        """Replace what the schedule of that name starts and when, its next tick included
+        (not whether it is paused); whether it exists."""
+        ...
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """The schedule named ``name``, or ``None``."""
+        ...
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name."""
+        ...
+
+    async def set_schedule_paused(
+        self, name: str, paused: bool, *, next_tick: datetime | None = None
+    ) -> bool:
+        """Pause or resume a schedule, moving its next tick to ``next_tick`` if given;
+        whether it exists."""
+        ...
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule (not the workflows it started); whether it existed."""
+        ...
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        """Unpaused schedules whose next tick is at or before ``now``, soonest first."""
+        ...
+
+    async def next_schedule_tick(self) -> datetime | None:
+        """The soonest next tick of any unpaused schedule."""
+        ...
+
+    async def fire_schedule(
+        self,
+        name: str,
+        *,
+        expected: datetime,
+        next_tick: datetime,
+        fired: datetime | None,
+        workflows: Sequence[NewWorkflow],
+    ) -> bool:
+        """In one transaction: if the schedule is unpaused and its next tick is still
+        ``expected``, move it to ``next_tick`` (``fired``: the last tick started, if any)
+        and enqueue ``workflows`` (ids that exist already are skipped). ``False``, with
+        nothing written, when another worker moved it first or it is paused."""
         ...
 
 

@@ -26,6 +26,8 @@ from .hooks import observers
 from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
 from .registry import Registry, default_registry
+from .schedule_admin import save_declared
+from .scheduler import Scheduler
 from .store import CancelFeed, Claimer, Store
 
 logger = logging.getLogger("durable_core.worker")
@@ -65,6 +67,9 @@ class WorkflowWorker:
         self._claimed_total = 0
         self._abandoned = False
         self._fatal: FrameworkError | None = None
+        self.scheduler = Scheduler(store, self.config, self.registry, worker_id=self.worker_id)
+        """Starts the workflows of due schedule ticks while the worker claims."""
+        self._scheduling = anyio.CancelScope()
 
     @property
     def in_flight(self) -> int:
@@ -95,11 +100,14 @@ class WorkflowWorker:
     def stop(self) -> None:
         """Stop claiming; ``run()`` returns once in-flight workflows have settled."""
         self._stopping = True
+        self._scheduling.cancel()
         self._wake.set()
         self._slot_free.set()
 
     async def run(self, *, handle_signals: bool = False) -> None:
-        """Claim and run workflows until :meth:`stop` (or a signal, with ``handle_signals``).
+        """Claim and run workflows until :meth:`stop` (or a signal, with ``handle_signals``),
+        and start the workflows of due schedule ticks (:mod:`durable_core.scheduler`),
+        having first saved the schedules its registry declares.
 
         Before claiming anything it raises :class:`DuplicateWorkflowError` when two
         functions share a workflow name, :class:`ClaimNotSupportedError` on a store
@@ -113,6 +121,7 @@ class WorkflowWorker:
         if isinstance(claimer, CancelFeed):
             claimer.on_cancel(self.executor.cancel)
         await self.store.check_schema()
+        await save_declared(self.store, self.registry)
         try:
             await self._run(claimer, handle_signals)
         except BaseExceptionGroup as group:
@@ -140,6 +149,7 @@ class WorkflowWorker:
             # One task renews every in-flight lease (cancelled with ``outer`` once the
             # workflows have settled), instead of a heartbeat task per workflow.
             outer.start_soon(self.executor.keep_leases)
+            outer.start_soon(self._schedule)
             async with anyio.create_task_group() as running:
                 await self._claim_loop(claimer, running)
                 logger.info(
@@ -152,6 +162,13 @@ class WorkflowWorker:
                     worker_id=self.worker_id, in_flight=self._in_flight
                 )
             outer.cancel_scope.cancel()
+
+    async def _schedule(self) -> None:
+        self._scheduling = anyio.CancelScope()
+        if self._stopping:
+            return
+        with self._scheduling:
+            await self.scheduler.run()
 
     async def _watch_signals(self, outer: TaskGroup) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

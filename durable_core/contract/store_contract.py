@@ -26,6 +26,7 @@ from ..serialization import encode_arguments
 from ..store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs
+from .schedule_contract import ScheduleContract
 from .support import (
     ODD_TEXTS,
     Tamper,
@@ -50,7 +51,7 @@ _WRITES = (
 _STALE_KINDS = ("reclaimed", "settled", "cancelled", "forged", "unknown_workflow")
 
 
-class StoreContract(WaitingContract):
+class StoreContract(WaitingContract, ScheduleContract):
     """The store contract suite. Subclass it in a test module that has a ``durable_store``
     fixture (an opened store, schema applied, tables empty)::
 

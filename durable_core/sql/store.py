@@ -49,11 +49,12 @@ from .rows import (
     step_from_row,
     workflow_status,
 )
+from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS, Statements, wf
 from .waiting import WaitingOperations
 
 
-class SQLStore(WaitingOperations):
+class SQLStore(WaitingOperations, ScheduleOperations):
     """A store over any SQL database, given its dialect and a connector.
 
     It does not claim work for a worker: a store that can (PostgreSQL) adds the

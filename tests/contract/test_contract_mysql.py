@@ -23,6 +23,7 @@ async def durable_store(mysql_url: str) -> AsyncIterator[MySQLStore]:
     async with store.engine.begin() as conn:
         await conn.execute(schema.workflow_steps.delete())
         await conn.execute(schema.workflows.delete())
+        await conn.execute(schema.workflow_schedules.delete())
     yield store
     await store.close()
 

@@ -21,6 +21,7 @@ from durable_core.records import (
     WorkflowRecord,
     WorkflowStatus,
 )
+from durable_core.schedules import ScheduleRecord
 from durable_sqlite import SQLiteStore
 
 SCHEME = "example+sqlite:"
@@ -150,3 +151,44 @@ class ExampleStore:
 
     async def get_event(self, workflow_id: str, key: str) -> str | None:
         return await self._inner.get_event(workflow_id, key)
+
+    # -- schedules -------------------------------------------------------------
+
+    async def add_schedule(self, schedule: ScheduleRecord) -> bool:
+        return await self._inner.add_schedule(schedule)
+
+    async def update_schedule(self, schedule: ScheduleRecord) -> bool:
+        return await self._inner.update_schedule(schedule)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        return await self._inner.get_schedule(name)
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return await self._inner.list_schedules()
+
+    async def set_schedule_paused(
+        self, name: str, paused: bool, *, next_tick: datetime | None = None
+    ) -> bool:
+        return await self._inner.set_schedule_paused(name, paused, next_tick=next_tick)
+
+    async def delete_schedule(self, name: str) -> bool:
+        return await self._inner.delete_schedule(name)
+
+    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
+        return await self._inner.due_schedules(now, limit=limit)
+
+    async def next_schedule_tick(self) -> datetime | None:
+        return await self._inner.next_schedule_tick()
+
+    async def fire_schedule(
+        self,
+        name: str,
+        *,
+        expected: datetime,
+        next_tick: datetime,
+        fired: datetime | None,
+        workflows: Sequence[NewWorkflow],
+    ) -> bool:
+        return await self._inner.fire_schedule(
+            name, expected=expected, next_tick=next_tick, fired=fired, workflows=workflows
+        )

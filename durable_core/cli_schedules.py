@@ -1,0 +1,129 @@
+"""``durable schedule add|list|pause|resume|delete``: schedules from the command line.
+
+:mod:`durable_core.cli` hands :func:`add_commands` its own helpers (opening the
+store, importing the app, reading JSON options), so this module does not
+import it back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from .client import DurableClient
+from .registry import default_registry
+from .schedules import Schedule, ScheduleRecord
+from .store import Store
+
+
+@dataclass(frozen=True)
+class Helpers:
+    """What the schedule commands borrow from :mod:`durable_core.cli`."""
+
+    with_database: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+    with_app: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+    opened_store: Callable[[str | None, str | None], AbstractAsyncContextManager[Store]]
+    import_app: Callable[[list[str], None], object]
+    json_option: Callable[[str, str, type], Any]
+    app_env: str
+
+
+def add_commands(commands: Any, helpers: Helpers) -> None:
+    """Add ``durable schedule`` and its subcommands to the ``commands`` subparsers."""
+    h = helpers
+    schedule = commands.add_parser("schedule", help="add, list, pause, resume or delete schedules")
+    actions = schedule.add_subparsers(dest="action", required=True)
+
+    def handler(work: Callable[[argparse.Namespace, DurableClient], Awaitable[str]]) -> Any:
+        async def run(args: argparse.Namespace) -> int:
+            async with h.opened_store(args.database_url, args.embedded_dir) as store:
+                print(await work(args, DurableClient(store)))
+            return 0
+
+        return run
+
+    async def add(args: argparse.Namespace, client: DurableClient) -> str:
+        positional = h.json_option("--args", args.args, list)
+        keywords = h.json_option("--kwargs", args.kwargs, dict)
+        h.import_app(args.app, None)
+        definition = default_registry.get(args.workflow, importer=f"--app (or ${h.app_env})")
+        spec = Schedule(
+            args.cron,
+            args.timezone,
+            catch_up=args.catch_up,
+            args=positional,
+            kwargs=keywords,
+            queue=args.queue,
+        )
+        row = await client.add_schedule(args.name, definition, spec)
+        return f"schedule {row.name}: next tick {row.next_tick.isoformat()}"
+
+    async def listing(args: argparse.Namespace, client: DurableClient) -> str:
+        rows = await client.list_schedules()
+        if args.json:
+            return json.dumps([_schedule_json(row) for row in rows], indent=2)
+        lines = [f"{'name':24}  {'state':7}  {'next tick (UTC)':19}  {'cron':16}  workflow"]
+        for row in rows:
+            state = "paused" if row.paused else "active"
+            tick = row.next_tick.strftime("%Y-%m-%d %H:%M:%S")
+            cron = f"{row.cron} {row.timezone}" if row.timezone != "UTC" else row.cron
+            lines.append(f"{row.name:24}  {state:7}  {tick:19}  {cron:16}  {row.workflow_name}")
+        return "\n".join(lines)
+
+    async def pause(args: argparse.Namespace, client: DurableClient) -> str:
+        await client.pause_schedule(args.name)
+        return f"schedule {args.name} paused"
+
+    async def resume(args: argparse.Namespace, client: DurableClient) -> str:
+        await client.resume_schedule(args.name)
+        row = await client.get_schedule(args.name)
+        return f"schedule {args.name} resumed: next tick {row.next_tick.isoformat()}"
+
+    async def delete(args: argparse.Namespace, client: DurableClient) -> str:
+        await client.delete_schedule(args.name)
+        return f"schedule {args.name} deleted"
+
+    adding = h.with_app(h.with_database(actions.add_parser("add", help="add a schedule")))
+    adding.add_argument("name", help="the schedule's name")
+    adding.add_argument("workflow", help="the workflow's registered name (module.qualname)")
+    adding.add_argument("cron", help="a cron expression ('*/5 * * * *'; six fields: second first)")
+    adding.add_argument("--timezone", default="UTC", help="an IANA time zone (default: UTC)")
+    adding.add_argument(
+        "--catch-up", type=int, default=0, help="missed ticks to start late (default: 0, skip)"
+    )
+    adding.add_argument("--args", default="[]", help="positional arguments, a JSON array")
+    adding.add_argument("--kwargs", default="{}", help="keyword arguments, a JSON object")
+    adding.add_argument("--queue", help="the queue its workflows go to")
+    adding.set_defaults(run=handler(add))
+
+    listed = h.with_database(actions.add_parser("list", help="list schedules by name"))
+    listed.add_argument("--json", action="store_true")
+    listed.set_defaults(run=handler(listing))
+
+    for name, work, text in (
+        ("pause", pause, "stop starting workflows on a schedule"),
+        ("resume", resume, "start workflows on a paused schedule again, from its next tick"),
+        ("delete", delete, "delete a schedule (not the workflows it started)"),
+    ):
+        sub = h.with_database(actions.add_parser(name, help=text))
+        sub.add_argument("name", help="the schedule's name")
+        sub.set_defaults(run=handler(work))
+
+
+def _schedule_json(row: ScheduleRecord) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "workflow": row.workflow_name,
+        "cron": row.cron,
+        "timezone": row.timezone,
+        "input": row.input,
+        "queue": row.queue,
+        "paused": row.paused,
+        "catch_up": row.catch_up,
+        "next_tick": row.next_tick.isoformat(),
+        "last_tick": row.last_tick.isoformat() if row.last_tick else None,
+    }

@@ -1,0 +1,134 @@
+"""Adding, listing, pausing, resuming and deleting schedules, from code and at worker start.
+
+:class:`ScheduleMethods` gives :class:`~durable_core.client.DurableClient` its
+schedule methods; :func:`save_declared` writes the schedules declared with
+``@workflow(schedule=...)`` when a worker starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .coltypes import utcnow
+from .errors import ScheduleConflictError, ScheduleNotFoundError
+from .registry import Registry, Workflow, as_workflow, check_arguments
+from .schedules import Cron, Schedule, ScheduleRecord, check_name
+from .serialization import encode_arguments
+from .store import Store
+
+logger = logging.getLogger("durable_core.scheduler")
+
+
+def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule) -> ScheduleRecord:
+    """The row of a new schedule ``name`` starting ``workflow`` on ``schedule``, its first
+    tick the next one from now. Raises unless the arguments fit the workflow."""
+    check_name(name)
+    check_arguments(workflow, schedule.args, schedule.kwargs)
+    payload = encode_arguments(
+        tuple(schedule.args),
+        dict(schedule.kwargs),
+        what=f"arguments of schedule {name} (workflow {workflow.name})",
+    )
+    now = utcnow()
+    return ScheduleRecord(
+        name=name,
+        workflow_name=workflow.name,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        input=payload,
+        queue=schedule.queue,
+        paused=False,
+        catch_up=schedule.catch_up,
+        next_tick=Cron(schedule.cron, schedule.timezone).next_after(now),
+        last_tick=None,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def save_declared(store: Store, registry: Registry) -> int:
+    """Write every schedule declared with ``@workflow(schedule=...)`` in ``registry``,
+    named after its workflow: a new one is added; one whose declaration changed is
+    updated (its next tick too when its times changed); a paused one stays paused.
+    Returns how many were added or changed."""
+    changed = 0
+    for name in registry.names():
+        definition = registry.get(name)
+        if definition.schedule is None:
+            continue
+        row = schedule_record(definition.name, definition, definition.schedule)
+        if await store.add_schedule(row):
+            changed += 1
+            logger.info("schedule %s added: %s (%s)", row.name, row.cron, row.timezone)
+            continue
+        found = await store.get_schedule(row.name)
+        if found is None or found.same_definition(row):
+            continue
+        if found.same_timing(row):
+            row = ScheduleRecord(**{**row.__dict__, "next_tick": found.next_tick})
+        await store.update_schedule(row)
+        changed += 1
+        logger.info("schedule %s updated: %s (%s)", row.name, row.cron, row.timezone)
+    return changed
+
+
+class ScheduleMethods:
+    """The schedule methods of :class:`~durable_core.client.DurableClient`."""
+
+    store: Store
+
+    async def add_schedule(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[Any]],
+        schedule: Schedule | str,
+    ) -> ScheduleRecord:
+        """Start ``fn`` on every tick of ``schedule`` (a :class:`Schedule`, or a cron
+        expression read in UTC). Adding the same schedule again changes nothing; another
+        one under ``name`` raises :class:`~durable_core.errors.ScheduleConflictError`."""
+        spec = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
+        row = schedule_record(name, as_workflow(fn), spec)
+        if await self.store.add_schedule(row):
+            return row
+        found = await self.store.get_schedule(name)
+        if found is None:  # deleted in between: add it again
+            return await self.add_schedule(name, fn, spec)
+        if not found.same_definition(row):
+            raise ScheduleConflictError(
+                f"schedule {name!r} exists already, starting {found.workflow_name} on "
+                f"{found.cron!r} ({found.timezone}): delete it first to replace it"
+            )
+        return found
+
+    async def get_schedule(self, name: str) -> ScheduleRecord:
+        """The schedule ``name``; :class:`~durable_core.errors.ScheduleNotFoundError` if none."""
+        found = await self.store.get_schedule(name)
+        if found is None:
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+        return found
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name."""
+        return await self.store.list_schedules()
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop starting workflows on ``name``'s ticks until it is resumed."""
+        if not await self.store.set_schedule_paused(name, True):
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+
+    async def resume_schedule(self, name: str) -> None:
+        """Start workflows on ``name``'s ticks again, from its next tick after now (the
+        ticks it had while paused start nothing)."""
+        found = await self.get_schedule(name)
+        if not found.paused:
+            return
+        next_tick = found.timing.next_after(utcnow())
+        if not await self.store.set_schedule_paused(name, False, next_tick=next_tick):
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+
+    async def delete_schedule(self, name: str) -> None:
+        """Delete the schedule ``name``; the workflows it started are left as they are."""
+        if not await self.store.delete_schedule(name):
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")

@@ -1,0 +1,142 @@
+"""The scheduler each worker runs: it starts the workflows of the schedules' due ticks.
+
+Every worker runs one. Each wakes at the soonest next tick (or after the poll
+interval, to see schedules added meanwhile), reads the due schedules and fires
+each: the store moves the schedule's next tick on only if no other worker has
+(a conditional UPDATE), and starts the tick's workflows in the same
+transaction, under ids derived from the schedule and the tick. So each tick
+starts exactly one workflow however many workers run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+import anyio
+
+from .coltypes import utcnow
+from .config import WorkflowConfig
+from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
+from .records import DEFAULT_QUEUE, NewWorkflow
+from .registry import Registry
+from .schedules import ScheduleRecord, plan, tick_workflow_id
+from .store import Store
+
+logger = logging.getLogger("durable_core.scheduler")
+
+SCHEDULE_HEADER = "durable-schedule"
+TICK_HEADER = "durable-schedule-tick"
+"""The headers of a workflow a schedule started: the schedule's name, the tick (ISO 8601)."""
+
+_MIN_WAIT = 0.01
+"""Seconds between two looks at a tick that is due but was not fired (lost to a pause)."""
+
+
+class Scheduler:
+    """Fires the due ticks of every schedule in a store."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: WorkflowConfig,
+        registry: Registry,
+        *,
+        worker_id: str,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.registry = registry
+        self.worker_id = worker_id
+        self.clock = clock
+        self.fired = 0
+        """How many ticks this scheduler has started a workflow for."""
+
+    async def run(self) -> None:
+        """Fire due ticks until cancelled; a failing store is retried at the poll interval."""
+        while True:
+            try:
+                await self.fire_due()
+                wait = await self.seconds_to_next_tick()
+            except StoreUnavailableError as exc:
+                logger.warning("scheduler: store unavailable: %s", exc, extra=self._fields())
+                wait = self.config.poll_interval
+            except FrameworkError as exc:
+                logger.error("scheduler: %s", exc, extra=self._fields())
+                wait = self.config.poll_interval
+            await anyio.sleep(wait)
+
+    async def seconds_to_next_tick(self) -> float:
+        """How long to sleep: until the soonest tick, at most the poll interval."""
+        soonest = await self.store.next_schedule_tick()
+        poll = self.config.poll_interval
+        if soonest is None:
+            return poll
+        return max(_MIN_WAIT, min(poll, (soonest - self.clock()).total_seconds()))
+
+    async def fire_due(self) -> int:
+        """Fire every schedule due now; how many workflows this call started."""
+        now = self.clock()
+        started = 0
+        for schedule in await self.store.due_schedules(now):
+            started += await self.fire(schedule, now)
+        return started
+
+    async def fire(self, schedule: ScheduleRecord, now: datetime) -> int:
+        """Start the workflows of ``schedule``'s ticks due at ``now``, unless another worker
+        has; how many this call started."""
+        ticks = plan(schedule, now)
+        rows = [self._workflow(schedule, tick) for tick in ticks.start]
+        fired = await self.store.fire_schedule(
+            schedule.name,
+            expected=schedule.next_tick,
+            next_tick=ticks.next_tick,
+            fired=ticks.start[-1] if ticks.start else None,
+            workflows=rows,
+        )
+        if not fired:
+            return 0
+        if ticks.skipped_from is not None:
+            logger.warning(
+                "schedule %s: skipped the ticks missed from %s on (catch_up=%d)",
+                schedule.name,
+                ticks.skipped_from.isoformat(),
+                schedule.catch_up,
+                extra=self._fields(schedule=schedule.name),
+            )
+        for tick, row in zip(ticks.start, rows, strict=True):
+            logger.info(
+                "schedule %s: tick %s started workflow %s (%s)",
+                schedule.name,
+                tick.isoformat(),
+                row.id,
+                row.name,
+                extra=self._fields(schedule=schedule.name, workflow_id=row.id),
+            )
+        self.fired += len(rows)
+        return len(rows)
+
+    def _workflow(self, schedule: ScheduleRecord, tick: datetime) -> NewWorkflow:
+        """The workflow a tick starts: its headers name the schedule and the tick."""
+        max_attempts, timeout, queue = self.config.max_attempts, None, DEFAULT_QUEUE
+        try:
+            definition = self.registry.get(schedule.workflow_name)
+        except UnknownWorkflowError:
+            pass  # another worker may run it: start it with this worker's defaults
+        else:
+            max_attempts = definition.max_attempts or max_attempts
+            timeout, queue = definition.timeout, definition.queue
+        return NewWorkflow(
+            id=tick_workflow_id(schedule.name, tick),
+            name=schedule.workflow_name,
+            input=schedule.input,
+            max_attempts=max_attempts,
+            timeout_seconds=timeout,
+            queue=schedule.queue or queue,
+            headers={SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
+        )
+
+    def _fields(self, **more: str) -> dict[str, str]:
+        return {"worker_id": self.worker_id, **more}
