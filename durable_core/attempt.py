@@ -124,10 +124,10 @@ class Attempt:
         """Replaying the step at ``index`` broke the determinism contract or met a corrupt cache."""
         self.failed_step = (index, name)
 
-    async def step_started(self, index: int, name: str, input_json: str) -> None:
-        """Record that a step's body is about to run with this input."""
+    async def step_started(self, index: int, name: str, input_json: str, tries: int = 1) -> None:
+        """Record that a step's body is about to run with this input, for try ``tries``."""
         await self.persist(lambda: self.store.start_step(self.lease, index, name, input_json))
-        observers().durable_step_started(**self._step_fields(index, name))
+        observers().durable_step_started(step_attempt=tries, **self._step_fields(index, name))
 
     async def step_failed(self, index: int, name: str, exc: Exception) -> None:
         """Record that a step's body raised ``exc``."""
@@ -239,7 +239,13 @@ class Attempt:
 
     def claimed_event(self, workflow_name: str) -> None:
         """The attempt began: the worker holds the lease and is about to run the body."""
-        observers().durable_workflow_claimed(workflow_name=workflow_name, **self.fields)
+        claimed, queue_wait = self.claimed, None
+        if claimed.crashed is None and claimed.due_at is not None:
+            taken = claimed.lease.started_at or self.clock()
+            queue_wait = max(0.0, (taken - claimed.due_at).total_seconds())
+        observers().durable_workflow_claimed(
+            workflow_name=workflow_name, queue_wait=queue_wait, headers={}, **self.fields
+        )
 
     async def succeed(self, output: str) -> WorkflowStatus:
         """Settle as succeeded with this output JSON."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -44,6 +44,18 @@ class StoreSpec:
         """A database to start when no URL is given (the PostgreSQL backend ships one)."""
 
 
+class HeaderSpec:
+    """What an observer adds to each workflow it sees started."""
+
+    @hookspec
+    def durable_workflow_headers(
+        self, workflow_id: str, workflow_name: str
+    ) -> Mapping[str, str] | None:
+        """Headers to store with a workflow being started (a trace context, say), handed
+        to ``durable_workflow_claimed`` when a worker claims it. Called in the starter's
+        context; the mappings of all observers are merged."""
+
+
 class ObserverSpec:
     """Events an observer can watch. Return values are ignored."""
 
@@ -55,9 +67,20 @@ class ObserverSpec:
 
     @hookspec
     def durable_workflow_claimed(
-        self, worker_id: str, workflow_id: str, workflow_name: str, attempts: int, max_attempts: int
+        self,
+        worker_id: str,
+        workflow_id: str,
+        workflow_name: str,
+        attempts: int,
+        max_attempts: int,
+        queue_wait: float | None,
+        headers: Mapping[str, str],
     ) -> None:
-        """A worker took the lease on a workflow and is about to run its body."""
+        """A worker took the lease on a workflow and is about to run its body.
+
+        ``queue_wait`` is how many seconds the workflow was due before this claim
+        (``None`` when the claim took it over from a crashed attempt); ``headers`` are
+        those stored when it was started (see :meth:`durable_workflow_headers`)."""
 
     @hookspec
     def durable_step_started(
@@ -68,8 +91,10 @@ class ObserverSpec:
         max_attempts: int,
         step_index: int,
         step_name: str,
+        step_attempt: int,
     ) -> None:
-        """A step body is about to run (not fired when a step replays from cache)."""
+        """A step body is about to run (not fired when a step replays from cache);
+        ``step_attempt`` counts its tries, from 1 (more under a step retry policy)."""
 
     @hookspec
     def durable_step_succeeded(
@@ -160,7 +185,12 @@ class ObserverSpec:
         """A worker stopped claiming and is waiting for ``in_flight`` workflows."""
 
 
-OBSERVER_HOOKS = frozenset(name for name in vars(ObserverSpec) if name.startswith("durable_"))
+OBSERVER_HOOKS = frozenset(
+    name
+    for spec in (ObserverSpec, HeaderSpec)
+    for name in vars(spec)
+    if name.startswith("durable_")
+)
 
 broken_plugins: dict[str, str] = {}
 """Entry points that failed to load, by name, with the reason (shown in URL errors)."""
@@ -197,6 +227,7 @@ class PluginManager(pluggy.PluginManager):
         super().__init__(PROJECT)
         self.add_hookspecs(StoreSpec)
         self.add_hookspecs(ObserverSpec)
+        self.add_hookspecs(HeaderSpec)
         self.observing = False
         """Whether any observer hook has an implementation (else firing one costs nothing)."""
 
@@ -273,6 +304,31 @@ def observers() -> ObserverSpec:
     """
     manager = plugin_manager()
     return cast(ObserverSpec, manager.hook) if manager.observing else _SILENT
+
+
+def workflow_headers(workflow_id: str, workflow_name: str) -> dict[str, str]:
+    """The headers observers contribute to a workflow being started (empty when none)."""
+    manager = plugin_manager()
+    if not manager.observing:
+        return {}
+    headers: dict[str, str] = {}
+    # pluggy calls the last registered first: merging in reverse lets it win.
+    results = manager.hook.durable_workflow_headers(
+        workflow_id=workflow_id, workflow_name=workflow_name
+    )
+    for contributed in reversed(results):
+        if isinstance(contributed, Mapping) and all(
+            isinstance(key, str) and isinstance(value, str) for key, value in contributed.items()
+        ):
+            headers.update(contributed)
+        else:
+            logger.error(
+                "an observer's durable_workflow_headers returned %r, not a mapping of strings; "
+                "ignored",
+                contributed,
+                extra={"workflow_id": workflow_id},
+            )
+    return headers
 
 
 def register_observer(observer: object, name: str | None = None) -> None:

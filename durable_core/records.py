@@ -218,3 +218,5 @@ class ClaimedWorkflow:
     queue: str = DEFAULT_QUEUE
     headers: Mapping[str, str] | None = None
     """What the starter passed along (:attr:`NewWorkflow.headers`)."""
+    due_at: datetime | None = None
+    """When the workflow became runnable (its ``run_at`` before the claim), for the queue wait."""

@@ -101,7 +101,7 @@ class Step(Generic[P, R]):
         if cached is not None and cached.status is StepStatus.WAITING:
             tries = await self._retry_due(ctx, index, input_json, cached)
         while True:
-            await run.step_started(index, self.name, input_json)
+            await run.step_started(index, self.name, input_json, tries)
             token = enter_step()
             try:
                 result = await self._run_body(*args, **kwargs)

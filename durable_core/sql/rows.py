@@ -151,4 +151,5 @@ def claimed_from_row(
         crashed_at=row["crashed_at"] if crashed_worker is not None else None,
         queue=row["queue"],
         headers=headers_from_text(workflow_id, row["headers"]),
+        due_at=row["run_at"],
     )

@@ -47,6 +47,7 @@ CLAIMED_COLUMNS = (
     wf.c.deadline,
     wf.c.queue,
     wf.c.headers,
+    wf.c.run_at,
 )
 NEW_WORKFLOW_FIELDS = (
     "id",
