@@ -244,7 +244,10 @@ class Attempt:
             taken = claimed.lease.started_at or self.clock()
             queue_wait = max(0.0, (taken - claimed.due_at).total_seconds())
         observers().durable_workflow_claimed(
-            workflow_name=workflow_name, queue_wait=queue_wait, headers={}, **self.fields
+            workflow_name=workflow_name,
+            queue_wait=queue_wait,
+            headers=claimed.headers or {},
+            **self.fields,
         )
 
     async def succeed(self, output: str) -> WorkflowStatus:

@@ -28,7 +28,7 @@ from .config import WorkflowConfig
 from .context import WorkflowContext
 from .errors import ConfigurationError, InvalidArgumentsError, RegistrationError
 from .handle import WorkflowHandle
-from .hooks import observers
+from .hooks import observers, workflow_headers
 from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import BacklogRecord, NewWorkflow, WorkflowRecord, WorkflowStatus
@@ -108,6 +108,12 @@ def _default_max_attempts() -> int:
     if "WORKFLOW_MAX_ATTEMPTS" in os.environ:
         return WorkflowConfig.from_env().max_attempts
     return WorkflowConfig().max_attempts
+
+
+def _with_headers(row: NewWorkflow) -> NewWorkflow:
+    """``row`` with the headers observers add to it (a trace context); its own win."""
+    added = workflow_headers(row.id, row.name)
+    return replace(row, headers={**added, **(row.headers or {})}) if added else row
 
 
 class DurableClient(ScheduleMethods):
@@ -220,6 +226,7 @@ class DurableClient(ScheduleMethods):
         return [WorkflowHandle(self.store, row.id, row.name) for row in rows]
 
     async def _write(self, rows: list[NewWorkflow]) -> None:
+        rows = [_with_headers(row) for row in rows]
         written = set(await self.store.enqueue(rows))
         for row in rows:
             if row.id in written:
