@@ -635,3 +635,61 @@ async def test_a_pluggy_wrapper_sees_every_event(sqlite_store: Store, key: str) 
         (wfs.step_two.name, 1),
         (wfs.step_three.name, 2),
     ]
+
+
+# -- headers: what observers add to a workflow started, handed back at its claim ----------
+
+
+class Tagger:
+    """Adds a header to every workflow started, and notes the headers each claim brings."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.claimed: dict[str, dict[str, str]] = {}
+
+    @hookimpl
+    def durable_workflow_headers(self, workflow_id: str) -> dict[str, str]:
+        return {"tenant": self.tenant, "started-as": workflow_id}
+
+    @hookimpl
+    def durable_workflow_claimed(self, workflow_id: str, headers: dict[str, str]) -> None:
+        self.claimed[workflow_id] = dict(headers)
+
+
+class BadHeaders:
+    @hookimpl
+    def durable_workflow_headers(self) -> Any:
+        return {"count": 3}  # not a string: ignored, and logged
+
+
+class RaisingHeaders:
+    @hookimpl
+    def durable_workflow_headers(self) -> dict[str, str]:
+        raise RuntimeError("headers bug")
+
+
+async def test_headers_observers_add_are_stored_and_reach_the_claim(
+    sqlite_store: Store, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, last = Tagger("first"), Tagger("last")
+    plugins = [first, BadHeaders(), RaisingHeaders(), last]
+    for plugin in plugins:
+        register_observer(plugin)
+    try:
+        with caplog.at_level(logging.ERROR, logger="durable_core.hooks"):
+            handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
+            await WorkflowRunner(sqlite_store).run_until_complete(handle)
+    finally:
+        for plugin in plugins:
+            unregister_observer(plugin)
+    expected = {"tenant": "last", "started-as": handle.id}  # the last registered wins
+    assert (await handle.info()).headers == expected
+    assert first.claimed == last.claimed == {handle.id: expected}
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("headers bug" in str(r.exc_info and r.exc_info[1]) for r in caplog.records)
+    assert any("{'count': 3}" in message and "ignored" in message for message in messages)
+
+
+async def test_without_observers_a_workflow_has_no_headers(sqlite_store: Store, key: str) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
+    assert (await handle.info()).headers is None
