@@ -23,12 +23,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.util.types import AttributeValue
-
+from .errors import ConfigurationError
 from .hooks import hookimpl, plugin_manager
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.util.types import AttributeValue
+except ModuleNotFoundError as exc:
+    raise ConfigurationError(
+        f"durable_core.otel needs OpenTelemetry, which is not installed ({exc.name}): "
+        "pip install 'durable-core[otel]'"
+    ) from None
 
 SCOPE = "durable_core"
 """The instrumentation scope of the tracer and the meter."""

@@ -165,3 +165,25 @@ def test_with_only_sqlite_nothing_is_logged_and_postgres_names_its_extra(
         "ConfigurationError: PostgreSQL needs the asyncpg driver, which is not installed: "
         "pip install 'durable-core[postgres]'"
     )
+
+
+def test_without_the_otel_extra_durable_core_otel_names_it(
+    sqlite_only: Path, tmp_path: Path
+) -> None:
+    done = run(
+        sqlite_only,
+        """
+        import durable_core
+        from durable_core import ConfigurationError
+        try:
+            import durable_core.otel
+        except ConfigurationError as exc:
+            print("ConfigurationError:", exc)
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "ConfigurationError: durable_core.otel needs OpenTelemetry, which is not installed "
+        "(opentelemetry): pip install 'durable-core[otel]'"
+    )
