@@ -34,6 +34,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
+from durable_core.cli import import_app
 from durable_core.hooks import plugin_manager, workflow_headers
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
@@ -396,3 +397,13 @@ async def test_instrument_replaces_itself_and_uninstrument_stops_it(sqlite_store
         durable_core.otel.uninstrument()
     assert plugin_manager().get_plugin(durable_core.otel.PLUGIN_NAME) is None
     assert workflow_headers("some-id", "some.workflow") == {}
+
+
+def test_instrument_is_a_worker_bootstrap() -> None:
+    bootstrap = import_app([], "durable_core.otel:instrument")
+    assert bootstrap is not None
+    try:
+        observer = bootstrap()  # as `durable worker --bootstrap durable_core.otel:instrument`
+        assert plugin_manager().get_plugin(durable_core.otel.PLUGIN_NAME) is observer
+    finally:
+        durable_core.otel.uninstrument()
