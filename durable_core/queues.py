@@ -53,7 +53,7 @@ class Queue:
     - ``rate_limit``: at most ``limit`` starts per ``period`` across every worker;
     - ``key_concurrency``: at most this many run at once per concurrency key (a workflow's
       key is given with ``client.with_options(concurrency_key=...)``; rows without one
-      are not limited by it).
+      are not limited by it; a key is counted within its queue).
 
     A slot is held while a workflow runs; a waiting workflow holds none, and a crashed
     worker's slots are freed when their leases expire.

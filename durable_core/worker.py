@@ -132,12 +132,14 @@ class WorkflowWorker:
 
     async def _run(self, claimer: Claimer, handle_signals: bool) -> None:
         logger.info(
-            "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows",
+            "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows, "
+            "queues %s",
             self.worker_id,
             self.config.concurrency,
             self.config.lock_timeout_secs,
             self.config.poll_interval_ms,
             len(self.registry.names()),
+            ", ".join(queue.name for queue in self.served()),
             extra={"worker_id": self.worker_id},
         )
         observers().durable_worker_started(

@@ -304,8 +304,8 @@ class PostgresStatements(Statements):
         )
         quota = sa.select(quotas.c.queue, quotas.c.key_limit, room.label("room")).cte("quota")
 
-        # A concurrency key runs at most key_limit at once: what runs now plus what this
-        # claim would start, in claim order.
+        # A concurrency key runs at most key_limit at once in its queue: what runs now plus
+        # what this claim would start, in claim order.
         has_key = candidates.c.concurrency_key.is_not(None)
         keyed = (
             sa.select(
@@ -315,7 +315,11 @@ class PostgresStatements(Statements):
                     (
                         sa.and_(has_key, quota.c.key_limit.is_not(None)),
                         quota.c.key_limit
-                        - counted(running, wf.c.concurrency_key == candidates.c.concurrency_key)
+                        - counted(
+                            running,
+                            wf.c.concurrency_key == candidates.c.concurrency_key,
+                            wf.c.queue == candidates.c.queue,
+                        )
                         - sa.func.row_number().over(
                             partition_by=(candidates.c.queue, candidates.c.concurrency_key),
                             order_by=order,
