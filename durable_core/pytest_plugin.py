@@ -11,7 +11,8 @@ none of them is unchanged. A conftest fixture of the same name overrides one.
 - ``durable_postgres_store``: a store on that database, migrated, its workflows deleted.
 - ``durable_worker``: a real ``durable worker`` process on that database running
   ``durable_worker_app`` (``--durable-app``, the ``durable_app`` ini option or
-  ``$DURABLE_APP``), stopped when the test ends.
+  ``$DURABLE_APP``) with ``durable_worker_env`` added to its environment,
+  stopped when the test ends.
 
 The async fixtures run on anyio's pytest plugin; mark async tests ``@pytest.mark.anyio``.
 """
@@ -123,10 +124,17 @@ def durable_worker_app(pytestconfig: pytest.Config) -> list[str]:
 
 
 @pytest.fixture
+def durable_worker_env() -> dict[str, str]:
+    """Variables the worker gets on top of the test process's environment (none)."""
+    return {}
+
+
+@pytest.fixture
 def durable_worker(
     durable_postgres_url: str,
     durable_postgres_store: Store,
     durable_worker_app: list[str],
+    durable_worker_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
     """A ``durable worker`` process on ``durable_postgres_store``'s database; it has
@@ -135,7 +143,9 @@ def durable_worker(
     from .worker_process import WorkerProcess
 
     log_path = tmp_path_factory.mktemp("durable-worker") / "worker.log"
-    worker = WorkerProcess(durable_postgres_url, durable_worker_app, log_path=log_path)
+    worker = WorkerProcess(
+        durable_postgres_url, durable_worker_app, log_path=log_path, env=durable_worker_env
+    )
     try:
         worker.start()
     except WorkerStartError as exc:

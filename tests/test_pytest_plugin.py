@@ -37,9 +37,14 @@ async def trial(user: str) -> str:
     return f"{user}: {'upgraded' if card else 'expired'}"
 
 
+@workflow_step
+async def flag() -> str | None:
+    return os.environ.get("USER_FLAG")
+
+
 @workflow
-async def where_am_i() -> int:
-    return await process_id()
+async def where_am_i() -> tuple[int, str | None]:
+    return await process_id(), await flag()
 """
 
 SQLITE_TESTS = """
@@ -96,7 +101,18 @@ async def test_a_real_worker_runs_it(durable_postgres_store, durable_worker):
         out.write(str(durable_worker.process.pid))
     handle = await DurableClient(durable_postgres_store).start_workflow(where_am_i)
     await handle.wait_with_timeout(20)
-    assert await handle.output() == durable_worker.process.pid != os.getpid()
+    pid, flag = await handle.output()
+    assert pid == durable_worker.process.pid != os.getpid()
+    assert flag == "from durable_worker_env"
+"""
+
+WORKER_CONFTEST = """
+import pytest
+
+
+@pytest.fixture
+def durable_worker_env():
+    return {"USER_FLAG": "from durable_worker_env"}
 """
 
 NEEDS_A_WORKER = """
@@ -207,6 +223,7 @@ def test_a_real_worker_from_the_env_and_ini_runs_and_is_stopped(
 ) -> None:
     monkeypatch.setenv("DURABLE_POSTGRES_URL", user_postgres_url)
     pytester.makeini("[pytest]\ndurable_app = user_workflows\n")
+    pytester.makeconftest(WORKER_CONFTEST)
     pytester.makepyfile(user_workflows=USER_WORKFLOWS, test_worker=WORKER_TESTS)
     result = run(pytester)
     result.assert_outcomes(passed=1)
