@@ -140,6 +140,10 @@ class ClaimNotSupportedError(FrameworkError):
         )
 
 
+class WorkerStartError(FrameworkError):
+    """A ``durable worker`` process started for a test exited, or did not start in time."""
+
+
 class LeaseLostError(FrameworkError):
     """The worker no longer holds the lease on a workflow; another worker owns it now."""
 
@@ -201,6 +205,7 @@ __all__ = [
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
+    "WorkerStartError",
     "WorkflowFailedError",
     "WorkflowNotFinishedError",
     "WorkflowNotFoundError",

@@ -13,7 +13,8 @@ variable set, so it must be complete: its own imports, workflows and store.
   line before the block, if there is one.
 - A block that calls ``open_store()`` with no URL reads ``DURABLE_DATABASE_URL``:
   it gets a fresh PostgreSQL database beside the test database
-  (``DURABLE_TEST_POSTGRES_URL``), dropped afterwards.
+  (``DURABLE_TEST_POSTGRES_URL``), dropped afterwards. So does a test module
+  using the pytest plugin's PostgreSQL fixtures, as ``DURABLE_POSTGRES_URL``.
 - A ``<!-- not-run: reason -->`` comment on the line before a block excludes
   it; it shows as skipped, with its reason. Keep these rare: a fragment that
   is not Python (a pyproject entry) takes another language tag instead.
@@ -83,7 +84,7 @@ class Block:
 
     @property
     def needs_database_url(self) -> bool:
-        return "open_store()" in self.code
+        return "open_store()" in self.code or "durable_postgres_store" in self.code
 
     @property
     def test_id(self) -> str:
@@ -127,7 +128,7 @@ def _environment(database_url: str | None) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(UNSCOPED_ENV)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if database_url is not None:
-        env["DURABLE_DATABASE_URL"] = database_url
+        env["DURABLE_DATABASE_URL"] = env["DURABLE_POSTGRES_URL"] = database_url
     return env
 
 

@@ -106,6 +106,9 @@ class WaitingOperations:
         held = {"workflow": lease.workflow_id, "token": lease.token}
         async with self._transaction("receive") as session:
             bind = self.dialect.bind_clock
+            # The workflow row before its messages, as a sender locks them: a redelivery
+            # waiting on the message being taken here would otherwise deadlock with us.
+            await session.fetch(q.lock, {"workflow": lease.workflow_id})
             found = await session.fetch(
                 q.next_message, {"workflow": lease.workflow_id, "topic": topic}
             )
