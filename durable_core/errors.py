@@ -140,6 +140,12 @@ class ClaimNotSupportedError(FrameworkError):
         )
 
 
+class StatsNotSupportedError(FrameworkError):
+    """This store cannot count its backlog and throughput (it lacks ``WorkflowStats``)."""
+
+    retryable = False
+
+
 class LeaseLostError(FrameworkError):
     """The worker no longer holds the lease on a workflow; another worker owns it now."""
 

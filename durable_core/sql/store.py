@@ -14,6 +14,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Self
 
@@ -30,8 +31,10 @@ from ..records import (
     AttemptRecord,
     BacklogRecord,
     ClaimedWorkflow,
+    EndedAttempts,
     Lease,
     NewWorkflow,
+    QueueCount,
     StepRecord,
     WaitKind,
     WorkflowRecord,
@@ -250,21 +253,62 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         status: WorkflowStatus | None = None,
         name: str | None = None,
         limit: int = 50,
+        parent_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        before: str | None = None,
     ) -> list[WorkflowRecord]:
-        """The newest workflows first, optionally filtered by status and name."""
-        query = self.statements.list_workflows(status=status is not None, name=name is not None)
+        """The newest workflows first, optionally filtered (see ``Store.list_workflows``)."""
+        given = {
+            "status": None if status is None else status.value,
+            "name": name,
+            "parent_id": parent_id,
+            "created_after": created_after,
+            "created_before": created_before,
+            "before": before,
+        }
+        filters = {key: value for key, value in given.items() if value is not None}
+        query = self.statements.list_workflows(frozenset(filters))
         params: dict[str, Any] = {"limit": limit}
-        if status is not None:
-            params["status"] = status.value
-        if name is not None:
-            params["name"] = name
+        for key, value in filters.items():
+            params["parent" if key == "parent_id" else key] = value
         return [record_from_row(row) for row in await self._fetch("list_workflows", query, params)]
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
-        """Every step of a workflow, by index."""
+        """Every step of a workflow, by index, with when each began and ended."""
         params = {"workflow": workflow_id}
         rows = await self._fetch("load_steps", self.statements.load_steps, params)
-        return [step_from_row(workflow_id, row) for row in rows]
+        return [
+            replace(
+                step_from_row(workflow_id, row),
+                started_at=row["started_at"],
+                completed_at=row["completed_at"],
+            )
+            for row in rows
+        ]
+
+    # -- monitoring -------------------------------------------------------------
+
+    async def count_unfinished(self) -> list[QueueCount]:
+        """How many workflows are pending, running and waiting, per queue."""
+        rows = await self._fetch("count_unfinished", self.statements.count_unfinished, {})
+        return [
+            QueueCount(row["queue"], workflow_status(row["queue"], row["status"]), row["n"])
+            for row in rows
+        ]
+
+    async def count_ended_attempts(self, after: int | None) -> EndedAttempts:
+        """The attempts ended since the cursor ``after``, by queue and outcome."""
+        q = self.statements
+        rows = await self._fetch("count_ended_attempts", q.last_attempt, {})
+        upto = int(rows[0]["seq"] or 0)
+        if after is None or upto <= after:
+            return EndedAttempts(cursor=upto)
+        params = {"after": after, "upto": upto}
+        counted = await self._fetch("count_ended_attempts", q.count_ended, params)
+        return EndedAttempts(
+            cursor=upto, counts={(row["queue"], row["outcome"]): row["n"] for row in counted}
+        )
 
     async def backlog(self) -> list[BacklogRecord]:
         """Unfinished workflows counted by queue, name and status (one index scan)."""
