@@ -395,3 +395,40 @@ async def test_token_guards_pages_and_actions(seeded: Seeded) -> None:
         )
     finally:
         _stop(server)
+
+
+async def test_mounted_in_another_app(seeded: Seeded) -> None:
+    """``create_app`` mounted under a path of the user's own ASGI app, on its event loop."""
+    import anyio
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    from durable_core.dashboard import create_app
+
+    async def home(request: object) -> PlainTextResponse:
+        return PlainTextResponse("the user's own page")
+
+    app = Starlette(routes=[Route("/", home), Mount("/ops/durable", app=create_app(seeded.store))])
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    base = f"http://127.0.0.1:{port}"
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(server.serve)
+        while not server.started:  # noqa: ASYNC110 - uvicorn only offers this flag
+            await anyio.sleep(0.05)
+        try:
+            status, body = await anyio.to_thread.run_sync(_get, f"{base}/")
+            assert (status, body) == (200, "the user's own page")
+            status, body = await anyio.to_thread.run_sync(_get, f"{base}/ops/durable/")
+            assert status == 200
+            assert f'href="{base}/ops/durable/workflows/{seeded.failed}"' in body
+            assert f"{base}/ops/durable/static/dashboard.css" in body
+            page = f"{base}/ops/durable/workflows/{seeded.failed}"
+            status, body = await anyio.to_thread.run_sync(_get, page)
+            assert status == 200 and "card API down while charging A-17" in body
+            status, _ = await anyio.to_thread.run_sync(_get, f"{base}/ops/durable/queues/data")
+            assert status == 200
+        finally:
+            server.should_exit = True

@@ -77,6 +77,8 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         self.statements = statements or Statements(dialect)
         self._description = description
         self._open = False
+        plan = dialect.plan_for_values
+        self._plan_for_values = None if plan is None else sa.text(plan)
         self._steps_inline = (
             dialect.update_returning and self.statements.inline_steps(wf.c.id) is not None
         )
@@ -272,7 +274,15 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         params: dict[str, Any] = {"limit": limit}
         for key, value in filters.items():
             params["parent" if key == "parent_id" else key] = value
-        return [record_from_row(row) for row in await self._fetch("list_workflows", query, params)]
+        if self._plan_for_values is None or not filters:
+            rows = await self._fetch("list_workflows", query, params)
+        else:
+            # A rare name or status is found through its own index, a common one by walking
+            # the creation order: only a plan made for the values can tell which it is.
+            async with self._transaction("list_workflows") as session:
+                await session.execute(self._plan_for_values)
+                rows = await session.fetch(query, self.dialect.bind_clock(params))
+        return [record_from_row(row) for row in rows]
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         """Every step of a workflow, by index, with when each began and ended."""
