@@ -344,8 +344,9 @@ async def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _dashboard(args: argparse.Namespace) -> int:
-    from .dashboard.serve import serve
+    from .dashboard.serve import check_serving, serve
 
+    check_serving(args.host, args.token)
     async with opened_store(args.database_url, args.embedded_dir) as store:
         await serve(store, host=args.host, port=args.port, token=args.token)
     return 0

@@ -351,16 +351,17 @@ class DurableClient(ScheduleMethods):
         status: WorkflowStatus | str | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: Queue | str | None = None,
         parent_id: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally only those with ``status`` (a
-        :class:`WorkflowStatus` or its value), the workflow name ``name``, the parent
-        ``parent_id``, created at or after ``created_after`` and before ``created_before``
-        (aware datetimes). Pages: pass the id of a page's last workflow as ``before``
-        to get the next page."""
+        :class:`WorkflowStatus` or its value), the workflow name ``name``, in ``queue``,
+        of the parent ``parent_id``, created at or after ``created_after`` and before
+        ``created_before`` (aware datetimes). Pages: pass the id of a page's last
+        workflow as ``before`` to get the next page."""
         if isinstance(status, str) and not isinstance(status, WorkflowStatus):
             try:
                 status = WorkflowStatus(status)
@@ -376,6 +377,7 @@ class DurableClient(ScheduleMethods):
             status=status,
             name=name,
             limit=limit,
+            queue=None if queue is None else queue_name(queue),
             parent_id=parent_id,
             created_after=created_after,
             created_before=created_before,

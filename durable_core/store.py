@@ -85,14 +85,16 @@ class Store(Protocol):
         status: WorkflowStatus | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: str | None = None,
         parent_id: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first (by ``created_at``, then id), optionally filtered:
-        ``parent_id`` lists a workflow's children, ``created_after`` (inclusive) and
-        ``created_before`` (exclusive) bound the creation time. ``before`` is a page
+        ``queue`` lists a queue's workflows, ``parent_id`` a workflow's children,
+        ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
+        creation time. ``before`` is a page
         cursor: only workflows listed after the workflow with that id (none when no
         such id exists). Every filter is answered from an index, a page at a time."""
         ...
@@ -306,8 +308,7 @@ class WorkflowStats(Protocol):
     """A store that counts its backlog and its throughput cheaply, for monitoring."""
 
     async def count_unfinished(self) -> list[QueueCount]:
-        """How many workflows are pending, running and waiting, per queue (a workflow in
-        no named queue is in ``default``)."""
+        """How many workflows are pending, running and waiting, per queue."""
         ...
 
     async def count_ended_attempts(self, after: int | None) -> EndedAttempts:

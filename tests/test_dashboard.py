@@ -33,7 +33,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.dashboard.serve import check_exposure
+from durable_core.dashboard.serve import check_serving
 from durable_core.errors import ConfigurationError
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
@@ -106,7 +106,8 @@ async def seeded() -> AsyncIterator[Seeded]:
             assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
             succeeded.append(handle.id)
         BROKEN.add("A-17")
-        failed = await client.start_workflow(checkout, "A-17", 1999)
+        billing = client.with_options(queue="billing", priority=5)
+        failed = await billing.start_workflow(checkout, "A-17", 1999)
         assert await runner.run_until_complete(failed) is WorkflowStatus.FAILED
         waiting = await client.start_workflow(inbox)
         await runner.run_once(waiting)
@@ -224,6 +225,12 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     _wait_for(driver, "tr.row .status", "failed")
     assert _listed(driver) == [seeded.failed]
     driver.get(base + "/")
+    queue = driver.find_element(By.NAME, "queue")
+    queue.send_keys("billing")
+    queue.submit()
+    _wait_for(driver, "tr.row")
+    assert _listed(driver) == [seeded.failed]
+    driver.get(base + "/")
     name = driver.find_element(By.NAME, "name")
     name.send_keys(inbox.name)
     name.submit()
@@ -252,6 +259,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
         "failed",
     ]
     assert "A-17" in driver.find_element(By.CSS_SELECTOR, "dl").text  # the decoded input
+    assert driver.find_element(By.ID, "queue").text == "billing, priority 5"
     assert "failed" in driver.find_element(By.ID, "attempts").text
     driver.set_window_size(1280, 1180)
     driver.save_screenshot(str(WORKFLOW_SCREENSHOT))
@@ -299,16 +307,26 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     assert fork.status is WorkflowStatus.PENDING and fork.name == checkout.name
     assert [s.step_index for s in await client.handle(fork_id).steps()] == [0]
 
-    # The queue charts draw the backlog the store counts.
+    # The queue charts draw the backlog the store counts, one line per queue.
+    await client.with_options(queue="billing").start_workflow(checkout, "B-9", 5)
     driver.get(base + "/queues")
-    _wait_for(driver, "#backlog tbody td", "default")
+    _wait_for(driver, "#backlog tbody td", "billing")
     _wait_for(driver, "#backlog-chart canvas")
     _wait_for(driver, "#throughput-chart canvas")
-    pending = sum(
-        c.count for c in await client.count_unfinished() if c.status is WorkflowStatus.PENDING
-    )
-    cells = driver.find_elements(By.CSS_SELECTOR, "#backlog tbody td")
-    assert int(cells[1].text) == pending
+    counted = {(c.queue, c.status.value): c.count for c in await client.count_unfinished()}
+    shown = {}
+    for row in driver.find_elements(By.CSS_SELECTOR, "#backlog tbody tr"):
+        queue, pending, running, waiting, _ = (
+            cell.text for cell in row.find_elements(By.TAG_NAME, "td")
+        )
+        shown[queue] = (int(pending), int(running), int(waiting))
+    assert shown == {
+        q: tuple(counted.get((q, s), 0) for s in ("pending", "running", "waiting"))
+        for q in ("billing", "default")
+    }
+    assert shown["billing"][0] == 1
+    legend = driver.find_element(By.CSS_SELECTOR, "#backlog-chart").text
+    assert "billing" in legend and "default" in legend
 
 
 async def test_list_pages_and_live_refresh(seeded: Seeded, browser: WebDriver) -> None:
@@ -351,9 +369,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 async def test_token_guards_pages_and_actions(seeded: Seeded) -> None:
     with pytest.raises(ConfigurationError, match="give it a --token"):
-        check_exposure("0.0.0.0", None)
-    check_exposure("0.0.0.0", "t0ken")
-    check_exposure("::1", None)
+        check_serving("0.0.0.0", None)
+    check_serving("0.0.0.0", "t0ken")
+    check_serving("::1", None)
     refused = subprocess.run(
         [*DASHBOARD, "--database-url", seeded.url, "--host", "0.0.0.0"],
         capture_output=True,

@@ -1,7 +1,8 @@
 """Dashboard pages with 1,000,000 workflows in the table (ms per page, over HTTP).
 
 The table is filled in SQL: a month of history, mostly succeeded, some failed,
-cancelled, pending and waiting, under ten workflow names; every sixteenth
+cancelled, pending and waiting, under ten workflow names, 5% of them in a second
+queue; every sixteenth
 workflow has three steps and an attempt row, every thousandth has ten children. Then the
 real ``durable dashboard`` serves it in a subprocess and each page is fetched
 over one kept-alive HTTP connection: the list (first page, each filter, a page
@@ -38,7 +39,7 @@ TARGET_MS = 100.0
 
 _WORKFLOWS = """
 INSERT INTO workflows (id, name, status, input, output, error, attempts, max_attempts, run_at,
-                       waiting_for, parent_id, created_at, updated_at, completed_at)
+                       waiting_for, parent_id, created_at, updated_at, completed_at, queue)
 SELECT id, CASE WHEN g % 10000 = 7 THEN 'bench.dash.rare' ELSE 'bench.dash.flow_' || (g % 10) END,
        status,
        '{"args":["order-' || g || '"],"kwargs":{}}',
@@ -49,7 +50,8 @@ SELECT id, CASE WHEN g % 10000 = 7 THEN 'bench.dash.rare' ELSE 'bench.dash.flow_
        CASE WHEN status = 'waiting' THEN 'message:never' END,
        CASE WHEN g % 1000 BETWEEN 1 AND 10 THEN lpad(to_hex(g - g % 1000), 8, '0') || $2 END,
        t, t,
-       CASE WHEN status IN ('succeeded', 'failed', 'cancelled') THEN t END
+       CASE WHEN status IN ('succeeded', 'failed', 'cancelled') THEN t END,
+       CASE WHEN g % 20 = 1 THEN 'bench-urgent' ELSE 'default' END
 FROM generate_series(1, $1::int) AS g,
      LATERAL (SELECT lpad(to_hex(g), 8, '0') || $2 AS id,
                      now() - interval '30 days' + (g::float8 / $1) * interval '30 days' AS t,
@@ -148,9 +150,8 @@ async def _explain(
     try:
         args = compiled.args(params)
         literals = ", ".join(_literal(value) for value in args)
-        rows = await conn.fetch(
-            f"EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) EXECUTE dash_q({literals})"
-        )
+        call = f"dash_q({literals})" if args else "dash_q"
+        rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) EXECUTE {call}")
     finally:
         await conn.execute("DEALLOCATE dash_q")
         await conn.execute("RESET plan_cache_mode")
@@ -204,6 +205,7 @@ async def _measure(
         "list, status pending (2%)": {"status": "pending"},
         "list, status waiting (2%)": {"status": "waiting"},
         "list, one name": {"name": "bench.dash.flow_3"},
+        "list, one queue (5%)": {"queue": "bench-urgent"},
         "list, one day": {"created_after": day, "created_before": next_day},
         "list, a page half-way down": {"before": _id(middle)},
         "list, failed, one name, half-way down": failed_deep,
@@ -260,6 +262,8 @@ async def _explains(
         if label.startswith("workflow page"):
             continue
         params = {"limit": 51, **filters}
+        if "queue" in filters:
+            params["queue_name"] = params.pop("queue")
         query = q.list_workflows(frozenset(filters))
         plans[label] = await _explain(conn, query, params, custom=bool(filters))
     plans["workflow page: the row"] = await _explain(conn, q.get, {"workflow": parent})

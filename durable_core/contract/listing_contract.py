@@ -86,6 +86,21 @@ class ListingContract:
         assert {r.parent_id for r in listed} == {parent.id}
         assert await durable_store.list_workflows(parent_id=children[0].id) == []
 
+    async def test_list_filters_by_queue(self, durable_store: Store) -> None:
+        queue = unique_name("queue")[-20:]
+        mine = [dataclasses.replace(new_workflow(), queue=queue) for _ in range(3)]
+        for row in mine[:2]:
+            await durable_store.enqueue([row])
+            await anyio.sleep(0.003)
+        await durable_store.enqueue([new_workflow(), mine[2]])
+        listed = await durable_store.list_workflows(queue=queue)
+        assert _ids(listed) == [mine[2].id, mine[1].id, mine[0].id]
+        assert {r.queue for r in listed} == {queue}
+        assert _ids(
+            await durable_store.list_workflows(queue=queue, limit=1, before=mine[2].id)
+        ) == [mine[1].id]
+        assert await durable_store.list_workflows(queue=queue + "-none") == []
+
     async def test_steps_say_when_they_began_and_ended(self, durable_store: Store) -> None:
         row = new_workflow()
         await durable_store.enqueue([row])
@@ -116,13 +131,16 @@ class ListingContract:
         start = await client.count_ended_attempts()
         assert start.counts == {}
         rows = [new_workflow() for _ in range(4)]
-        await durable_store.enqueue(rows)
+        elsewhere = dataclasses.replace(new_workflow(), queue="contract-elsewhere")
+        await durable_store.enqueue([*rows, elsewhere])
         leases = []
         for row in rows[:3]:
             claimed = await durable_store.acquire(row.id, worker_id="w", lease_seconds=30)
             assert claimed is not None
             leases.append(claimed.lease)
-        now = backlog(await client.count_unfinished())
+        counted = await client.count_unfinished()
+        assert QueueCount("contract-elsewhere", WorkflowStatus.PENDING, 1) in counted
+        now = backlog(counted)
         assert now.get(WorkflowStatus.PENDING, 0) - before.get(WorkflowStatus.PENDING, 0) == 1
         assert now.get(WorkflowStatus.RUNNING, 0) - before.get(WorkflowStatus.RUNNING, 0) == 3
 

@@ -34,7 +34,7 @@ PAGE_SIZE = 50
 REFRESH_SECONDS = 5
 """How often an open page refreshes itself."""
 TOKEN_COOKIE = "durable_dashboard_token"
-FILTERS = ("status", "name", "created_after", "created_before")
+FILTERS = ("status", "name", "queue", "created_after", "created_before")
 """The list's filters, as query parameters."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -177,6 +177,7 @@ class _Dashboard:
         rows = await self.client.list_workflows(
             status=query.get("status") or None,
             name=query.get("name") or None,
+            queue=query.get("queue") or None,
             created_after=_utc(query.get("created_after", ""), "created after"),
             created_before=_utc(query.get("created_before", ""), "created before"),
             before=before,

@@ -1,7 +1,12 @@
-"""Serving the dashboard with uvicorn, as ``durable dashboard`` does."""
+"""Serving the dashboard with uvicorn, as ``durable dashboard`` does.
+
+This module imports nothing of the ``[dashboard]`` extra until it serves, so the
+command can say which extra is missing.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import logging
 
@@ -9,6 +14,9 @@ from ..errors import ConfigurationError
 from ..store import Store
 
 logger = logging.getLogger("durable_core.dashboard")
+
+EXTRA = ("starlette", "uvicorn", "jinja2")
+"""The modules the ``[dashboard]`` extra installs."""
 
 
 def is_loopback(host: str) -> bool:
@@ -21,8 +29,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without a token."""
+def check_serving(host: str, token: str | None) -> None:
+    """Refuse to serve without the extra, or beyond this machine without a token."""
+    missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigurationError(
+            f"the dashboard needs {', '.join(missing)}: pip install 'durable-core[dashboard]'"
+        )
     if token is None and not is_loopback(host):
         raise ConfigurationError(
             f"the dashboard listens on {host}, beyond this machine: give it a --token "
@@ -32,15 +45,11 @@ def check_exposure(host: str, token: str | None) -> None:
 
 async def serve(store: Store, *, host: str, port: int, token: str | None) -> None:
     """Serve the dashboard over ``store`` until interrupted."""
-    check_exposure(host, token)
-    try:
-        import uvicorn
+    check_serving(host, token)
+    import uvicorn
 
-        from .app import create_app
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"the dashboard needs its extra: pip install 'durable-core[dashboard]' ({exc})"
-        ) from None
+    from .app import create_app
+
     config = uvicorn.Config(
         create_app(store, token=token), host=host, port=port, log_level="warning"
     )

@@ -155,11 +155,6 @@ def new_workflow(
     }
 
 
-def queue_of(table: sa.Table) -> sa.ColumnElement[Any]:
-    """The ``queue`` column, or ``'default'`` for a schema without queues."""
-    return table.c.queue if "queue" in table.c else sa.literal("default", sa.String())
-
-
 def _after_cursor() -> list[sa.ColumnElement[bool]]:
     """Listed after the row ``before`` (newest first): an older row, or as old and a
     smaller id. The first condition alone is the index range; the second settles ties."""
@@ -175,6 +170,7 @@ def _after_cursor() -> list[sa.ColumnElement[bool]]:
 _LIST_FILTERS: dict[str, Callable[[], list[sa.ColumnElement[bool]]]] = {
     "status": lambda: [wf.c.status == param("status")],
     "name": lambda: [wf.c.name == param("name")],
+    "queue": lambda: [wf.c.queue == param("queue_name")],
     "parent_id": lambda: [wf.c.parent_id == param("parent")],
     "created_after": lambda: [wf.c.created_at >= param("created_after", UTCDateTime())],
     "created_before": lambda: [wf.c.created_at < param("created_before", UTCDateTime())],
@@ -204,21 +200,20 @@ class Statements:
         self._lists: dict[frozenset[str], sa.Select[Any]] = {}
 
         # -- monitoring: the backlog from the status index, throughput from the history's key
-        queue = queue_of(wf)
         self.count_unfinished = (
-            sa.select(queue.label("queue"), wf.c.status, sa.func.count().label("n"))
+            sa.select(wf.c.queue, wf.c.status, sa.func.count().label("n"))
             .where(status_in(CANCELLABLE))
-            .group_by(queue, wf.c.status)
+            .group_by(wf.c.queue, wf.c.status)
         )
         self.last_attempt = sa.select(sa.func.max(att.c.seq).label("seq"))
         self.count_ended = (
-            sa.select(queue.label("queue"), att.c.outcome, sa.func.count().label("n"))
+            sa.select(wf.c.queue, att.c.outcome, sa.func.count().label("n"))
             .select_from(att.join(wf, wf.c.id == att.c.workflow_id))
             .where(
                 att.c.seq > param("after", sa.BigInteger()),
                 att.c.seq <= param("upto", sa.BigInteger()),
             )
-            .group_by(queue, att.c.outcome)
+            .group_by(wf.c.queue, att.c.outcome)
         )
 
         self.retry = d.wake_workers(
@@ -410,7 +405,7 @@ class Statements:
 
     def list_workflows(self, filters: frozenset[str]) -> sa.Select[Any]:
         """The newest workflows first, filtered by the parameters named in ``filters``:
-        ``status``, ``name``, ``parent_id``, ``created_after``, ``created_before`` and
+        ``status``, ``name``, ``queue``, ``parent_id``, ``created_after``, ``created_before`` and
         ``before`` (the id of the row the page continues after)."""
         query = self._lists.get(filters)
         if query is None:

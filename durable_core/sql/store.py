@@ -56,6 +56,9 @@ from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS, Statements, wf
 from .waiting import WaitingOperations
 
+_LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name"}
+"""The parameter of each ``list_workflows`` filter whose name is a column's."""
+
 
 class SQLStore(WaitingOperations, ScheduleOperations):
     """A store over any SQL database, given its dialect and a connector.
@@ -255,6 +258,7 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         status: WorkflowStatus | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: str | None = None,
         parent_id: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
@@ -264,6 +268,7 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         given = {
             "status": None if status is None else status.value,
             "name": name,
+            "queue": queue,
             "parent_id": parent_id,
             "created_after": created_after,
             "created_before": created_before,
@@ -273,7 +278,7 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         query = self.statements.list_workflows(frozenset(filters))
         params: dict[str, Any] = {"limit": limit}
         for key, value in filters.items():
-            params["parent" if key == "parent_id" else key] = value
+            params[_LIST_PARAMS.get(key, key)] = value
         if self._plan_for_values is None or not filters:
             rows = await self._fetch("list_workflows", query, params)
         else:
