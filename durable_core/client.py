@@ -40,7 +40,6 @@ from .records import (
     BacklogRecord,
     EndedAttempts,
     NewWorkflow,
-    QueueCount,
     WorkflowRecord,
     WorkflowStatus,
 )
@@ -387,24 +386,19 @@ class DurableClient(ScheduleMethods):
     def _stats(self) -> WorkflowStats:
         if not isinstance(self.store, WorkflowStats):
             raise StatsNotSupportedError(
-                f"{self.store.description} does not count backlog and throughput"
+                f"{self.store.description} does not count the attempts that end"
             )
         return self.store
 
     @property
     def has_stats(self) -> bool:
-        """Whether the store can count backlog and throughput (:meth:`count_unfinished`)."""
+        """Whether the store counts ended attempts (:meth:`count_ended_attempts`)."""
         return isinstance(self.store, WorkflowStats)
-
-    async def count_unfinished(self) -> list[QueueCount]:
-        """How many workflows are pending, running and waiting, per queue: the backlog.
-        Raises :class:`StatsNotSupportedError` when the store cannot count."""
-        return await self._stats().count_unfinished()
 
     async def count_ended_attempts(self, after: int | None = None) -> EndedAttempts:
         """The attempts that ended since the cursor ``after`` (from a previous call's
         ``cursor``; ``None`` only reads the cursor of now), by queue and outcome:
-        the throughput."""
+        the throughput. Raises :class:`StatsNotSupportedError` when the store cannot."""
         return await self._stats().count_ended_attempts(after)
 
     async def backlog(self) -> list[BacklogRecord]:

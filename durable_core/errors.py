@@ -141,7 +141,7 @@ class ClaimNotSupportedError(FrameworkError):
 
 
 class StatsNotSupportedError(FrameworkError):
-    """This store cannot count its backlog and throughput (it lacks ``WorkflowStats``)."""
+    """This store cannot count the attempts that end (it lacks ``WorkflowStats``)."""
 
     retryable = False
 

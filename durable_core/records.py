@@ -199,15 +199,6 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueCount:
-    """How many unfinished workflows of one queue are in one status."""
-
-    queue: str
-    status: WorkflowStatus
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
 class EndedAttempts:
     """The attempts that ended after a cursor, counted by queue and outcome.
 

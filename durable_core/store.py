@@ -26,7 +26,6 @@ from .records import (
     EndedAttempts,
     Lease,
     NewWorkflow,
-    QueueCount,
     StepRecord,
     Wait,
     WorkflowRecord,
@@ -305,11 +304,7 @@ class Claimer(Protocol):
 
 @runtime_checkable
 class WorkflowStats(Protocol):
-    """A store that counts its backlog and its throughput cheaply, for monitoring."""
-
-    async def count_unfinished(self) -> list[QueueCount]:
-        """How many workflows are pending, running and waiting, per queue."""
-        ...
+    """A store that counts the attempts that end (the throughput) cheaply, for monitoring."""
 
     async def count_ended_attempts(self, after: int | None) -> EndedAttempts:
         """The attempts that ended since the cursor ``after`` (``None``: only find the

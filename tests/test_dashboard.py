@@ -313,7 +313,9 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     _wait_for(driver, "#backlog tbody td", "billing")
     _wait_for(driver, "#backlog-chart canvas")
     _wait_for(driver, "#throughput-chart canvas")
-    counted = {(c.queue, c.status.value): c.count for c in await client.count_unfinished()}
+    counted: dict[tuple[str, str], int] = {}
+    for c in await client.backlog():
+        counted[c.queue, c.status.value] = counted.get((c.queue, c.status.value), 0) + c.count
     shown = {}
     for row in driver.find_elements(By.CSS_SELECTOR, "#backlog tbody tr"):
         queue, pending, running, waiting, _ = (

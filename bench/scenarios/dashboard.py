@@ -275,5 +275,5 @@ async def _explains(
         {"parent": parent, "limit": 50},
         custom=True,
     )
-    plans["queues: backlog"] = await _explain(conn, q.count_unfinished, {})
+    plans["queues: backlog"] = await _explain(conn, q.backlog, {})
     return plans

@@ -247,7 +247,7 @@ class _Dashboard:
 
     async def queues(self, request: Request) -> Response:
         """Backlog and throughput per queue, as charts that refresh themselves."""
-        return self._page(request, "queues.html", {"has_stats": self.client.has_stats})
+        return self._page(request, "queues.html", {"throughput": self.client.has_stats})
 
     async def queue_data(self, request: Request) -> Response:
         """The charts' samples as JSON (a new sample is taken when the last is old)."""

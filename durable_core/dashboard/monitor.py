@@ -53,19 +53,22 @@ class Monitor:
             now = time.time()
             if self.samples and now - self.samples[-1].at < self.interval:
                 return
-            counts = await self.client.count_unfinished()
-            ended = await self.client.count_ended_attempts(self._cursor)
             backlog: dict[str, dict[str, int]] = {}
-            for count in counts:
-                backlog.setdefault(count.queue, {})[count.status.value] = count.count
+            for count in await self.client.backlog():
+                statuses = backlog.setdefault(count.queue, {})
+                statuses[count.status.value] = statuses.get(count.status.value, 0) + count.count
             rates: dict[str, float] | None = None
-            if self._cursor is not None:
+            ended = None
+            if self.client.has_stats:
+                ended = await self.client.count_ended_attempts(self._cursor)
+            if ended is not None and self._cursor is not None:
                 rates = {}
                 elapsed = max(now - self._cursor_at, 1e-3)
                 for (queue, outcome), n in ended.counts.items():
                     if outcome in FINAL_OUTCOMES:
                         rates[queue] = rates.get(queue, 0.0) + n / elapsed
-            self._cursor, self._cursor_at = ended.cursor, now
+            if ended is not None:
+                self._cursor, self._cursor_at = ended.cursor, now
             self.samples.append(Sample(now, backlog, rates))
             while len(self.samples) > self.keep:
                 self.samples.popleft()

@@ -199,12 +199,7 @@ class Statements:
         )
         self._lists: dict[frozenset[str], sa.Select[Any]] = {}
 
-        # -- monitoring: the backlog from the status index, throughput from the history's key
-        self.count_unfinished = (
-            sa.select(wf.c.queue, wf.c.status, sa.func.count().label("n"))
-            .where(status_in(CANCELLABLE))
-            .group_by(wf.c.queue, wf.c.status)
-        )
+        # -- throughput: the attempts ended since a cursor, read by the history's key
         self.last_attempt = sa.select(sa.func.max(att.c.seq).label("seq"))
         self.count_ended = (
             sa.select(wf.c.queue, att.c.outcome, sa.func.count().label("n"))

@@ -34,7 +34,6 @@ from ..records import (
     EndedAttempts,
     Lease,
     NewWorkflow,
-    QueueCount,
     StepRecord,
     WaitKind,
     WorkflowRecord,
@@ -303,14 +302,6 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         ]
 
     # -- monitoring -------------------------------------------------------------
-
-    async def count_unfinished(self) -> list[QueueCount]:
-        """How many workflows are pending, running and waiting, per queue."""
-        rows = await self._fetch("count_unfinished", self.statements.count_unfinished, {})
-        return [
-            QueueCount(row["queue"], workflow_status(row["queue"], row["status"]), row["n"])
-            for row in rows
-        ]
 
     async def count_ended_attempts(self, after: int | None) -> EndedAttempts:
         """The attempts ended since the cursor ``after``, by queue and outcome."""

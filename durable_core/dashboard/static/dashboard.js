@@ -58,7 +58,8 @@ function durableCharts(url) {
     const data = await response.json();
     table(data);
     draw("backlog", document.getElementById("backlog-chart"), data);
-    draw("throughput", document.getElementById("throughput-chart"), data);
+    const throughput = document.getElementById("throughput-chart");
+    if (throughput) draw("throughput", throughput, data);
   }
   tick();
   setInterval(tick, seconds * 1000);
