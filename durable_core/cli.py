@@ -343,6 +343,15 @@ async def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _dashboard(args: argparse.Namespace) -> int:
+    from .dashboard.serve import check_serving, serve
+
+    check_serving(args.host, args.token)
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        await serve(store, host=args.host, port=args.port, token=args.token)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``durable`` command."""
     parser = argparse.ArgumentParser(
@@ -438,6 +447,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     helpers = Helpers(with_database, with_app, opened_store, import_app, _json_option, APP_ENV)
     add_schedule_commands(commands, helpers)
+
+    dashboard = with_database(
+        commands.add_parser("dashboard", help="serve the web dashboard (the [dashboard] extra)")
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8484, help="default: 8484")
+    dashboard.add_argument(
+        "--token",
+        default=os.environ.get("DURABLE_DASHBOARD_TOKEN") or None,
+        help="needed to open it; required on any host but loopback "
+        "(default: $DURABLE_DASHBOARD_TOKEN)",
+    )
+    dashboard.set_defaults(run=_dashboard)
     return parser
 
 

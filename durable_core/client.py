@@ -21,21 +21,32 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from .config import WorkflowConfig
 from .context import WorkflowContext
-from .errors import ConfigurationError, InvalidArgumentsError, RegistrationError
+from .errors import (
+    ConfigurationError,
+    InvalidArgumentsError,
+    RegistrationError,
+    StatsNotSupportedError,
+)
 from .handle import WorkflowHandle
 from .hooks import observers, workflow_headers
 from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
-from .records import BacklogRecord, NewWorkflow, WorkflowRecord, WorkflowStatus
+from .records import (
+    BacklogRecord,
+    EndedAttempts,
+    NewWorkflow,
+    WorkflowRecord,
+    WorkflowStatus,
+)
 from .registry import Workflow, as_workflow, positive_seconds
 from .schedule_admin import ScheduleMethods
 from .serialization import encode, encode_arguments
-from .store import Store
+from .store import Store, WorkflowStats
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -339,9 +350,17 @@ class DurableClient(ScheduleMethods):
         status: WorkflowStatus | str | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: Queue | str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        before: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally only those with ``status`` (a
-        :class:`WorkflowStatus` or its value) and the workflow name ``name``."""
+        :class:`WorkflowStatus` or its value), the workflow name ``name``, in ``queue``,
+        of the parent ``parent_id``, created at or after ``created_after`` and before
+        ``created_before`` (aware datetimes). Pages: pass the id of a page's last
+        workflow as ``before`` to get the next page."""
         if isinstance(status, str) and not isinstance(status, WorkflowStatus):
             try:
                 status = WorkflowStatus(status)
@@ -350,7 +369,37 @@ class DurableClient(ScheduleMethods):
                 raise ConfigurationError(f"unknown status {status!r}; one of {choices}") from None
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, got {limit}")
-        return await self.store.list_workflows(status=status, name=name, limit=limit)
+        for what, moment in (("created_after", created_after), ("created_before", created_before)):
+            if moment is not None and moment.tzinfo is None:
+                raise ConfigurationError(f"{what} must be an aware datetime, got {moment!r}")
+        return await self.store.list_workflows(
+            status=status,
+            name=name,
+            limit=limit,
+            queue=None if queue is None else queue_name(queue),
+            parent_id=parent_id,
+            created_after=created_after,
+            created_before=created_before,
+            before=before,
+        )
+
+    def _stats(self) -> WorkflowStats:
+        if not isinstance(self.store, WorkflowStats):
+            raise StatsNotSupportedError(
+                f"{self.store.description} does not count the attempts that end"
+            )
+        return self.store
+
+    @property
+    def has_stats(self) -> bool:
+        """Whether the store counts ended attempts (:meth:`count_ended_attempts`)."""
+        return isinstance(self.store, WorkflowStats)
+
+    async def count_ended_attempts(self, after: int | None = None) -> EndedAttempts:
+        """The attempts that ended since the cursor ``after`` (from a previous call's
+        ``cursor``; ``None`` only reads the cursor of now), by queue and outcome:
+        the throughput. Raises :class:`StatsNotSupportedError` when the store cannot."""
+        return await self._stats().count_ended_attempts(after)
 
     async def backlog(self) -> list[BacklogRecord]:
         """The unfinished workflows counted by queue, name and status: what waits to be

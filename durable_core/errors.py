@@ -144,6 +144,12 @@ class WorkerStartError(FrameworkError):
     """A ``durable worker`` process started for a test exited, or did not start in time."""
 
 
+class StatsNotSupportedError(FrameworkError):
+    """This store cannot count the attempts that end (it lacks ``WorkflowStats``)."""
+
+    retryable = False
+
+
 class LeaseLostError(FrameworkError):
     """The worker no longer holds the lease on a workflow; another worker owns it now."""
 

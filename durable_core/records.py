@@ -166,6 +166,10 @@ class StepRecord:
     output: str | None = None
     error: str | None = None
     attempts: int = 1
+    started_at: datetime | None = field(default=None, compare=False)
+    """When its latest try began (or its wait); read by ``load_steps``, not by a claim."""
+    completed_at: datetime | None = field(default=None, compare=False)
+    """When it ended; ``None`` while it runs or waits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +196,18 @@ class AttemptRecord:
     outcome: str
     """``succeeded``, ``failed``, ``retry``, ``cancelled``, ``timed_out`` or ``crashed``."""
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndedAttempts:
+    """The attempts that ended after a cursor, counted by queue and outcome.
+
+    ``cursor`` is passed back to count the next ones; ``counts`` maps
+    ``(queue, outcome)`` to a number.
+    """
+
+    cursor: int
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from .records import (
     AttemptRecord,
     BacklogRecord,
     ClaimedWorkflow,
+    EndedAttempts,
     Lease,
     NewWorkflow,
     StepRecord,
@@ -83,8 +84,18 @@ class Store(Protocol):
         status: WorkflowStatus | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        before: str | None = None,
     ) -> list[WorkflowRecord]:
-        """The newest workflows first, optionally filtered."""
+        """The newest workflows first (by ``created_at``, then id), optionally filtered:
+        ``queue`` lists a queue's workflows, ``parent_id`` a workflow's children,
+        ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
+        creation time. ``before`` is a page
+        cursor: only workflows listed after the workflow with that id (none when no
+        such id exists). Every filter is answered from an index, a page at a time."""
         ...
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
@@ -288,6 +299,16 @@ class Claimer(Protocol):
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return when new work may be available, or after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class WorkflowStats(Protocol):
+    """A store that counts the attempts that end (the throughput) cheaply, for monitoring."""
+
+    async def count_ended_attempts(self, after: int | None) -> EndedAttempts:
+        """The attempts that ended since the cursor ``after`` (``None``: only find the
+        cursor of now), by queue and outcome."""
         ...
 
 

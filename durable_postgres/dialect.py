@@ -66,6 +66,7 @@ class PostgresDialect(SQLDialect):
 
     name = "postgresql"
     update_returning = True
+    plan_for_values = "SET LOCAL plan_cache_mode = force_custom_plan"
     sqlalchemy_dialect: ClassVar[ModuleType] = postgresql
     migration_lock_key: ClassVar[int] = 0x64757261626C65
 

@@ -135,6 +135,23 @@ def test_with_only_postgres_the_cli_says_so_in_one_line(
     ]
 
 
+def test_without_the_dashboard_extra_the_command_names_it(
+    postgres_only: Path, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(postgres_only), "-m", "durable_core", "dashboard", "--database-url", "sqlite:///x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "durable: error: the dashboard needs starlette, uvicorn, jinja2: "
+        "pip install 'durable-core[dashboard]'"
+    ]
+
+
 def test_with_only_sqlite_nothing_is_logged_and_postgres_names_its_extra(
     sqlite_only: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from bench.common import ScenarioResult, Settings
 from bench.scenarios import (
     claim,
     claim_waiting,
+    dashboard,
     e2e,
     e2e_waiting,
     enqueue,
@@ -32,6 +33,7 @@ ALL: tuple[ModuleType, ...] = (
     steps,
     memory,
     memory_waiting,
+    dashboard,
 )
 """In the order a full run measures them (the slow, table-filling claim test late)."""
 

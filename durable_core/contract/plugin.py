@@ -11,7 +11,9 @@ import pytest
 
 # The contract classes use plain asserts: have pytest rewrite them for readable failures.
 pytest.register_assert_rewrite(
-    "durable_core.contract.store_contract", "durable_core.contract.claimer_contract"
+    "durable_core.contract.store_contract",
+    "durable_core.contract.claimer_contract",
+    "durable_core.contract.listing_contract",
 )
 
 from ..store import Store  # noqa: E402

@@ -26,6 +26,7 @@ from ..serialization import encode_arguments
 from ..store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs
+from .listing_contract import ListingContract
 from .schedule_contract import ScheduleContract
 from .support import (
     ODD_TEXTS,
@@ -51,7 +52,7 @@ _WRITES = (
 _STALE_KINDS = ("reclaimed", "settled", "cancelled", "forged", "unknown_workflow")
 
 
-class StoreContract(WaitingContract, ScheduleContract):
+class StoreContract(WaitingContract, ScheduleContract, ListingContract):
     """The store contract suite. Subclass it in a test module that has a ``durable_store``
     fixture (an opened store, schema applied, tables empty)::
 

@@ -47,6 +47,10 @@ class SQLDialect:
 
     name: ClassVar[str] = "sql"
     update_returning: ClassVar[bool] = False
+    plan_for_values: ClassVar[str | None] = None
+    """A statement that makes the next ones of its transaction planned for their values
+    (where statements are otherwise planned once): run before a list whose filters'
+    selectivity decides which index to walk."""
     """Whether ``UPDATE ... RETURNING`` works (then acquiring a lease is one statement)."""
 
     def now(self) -> sa.ColumnElement[datetime]:

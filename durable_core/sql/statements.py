@@ -13,7 +13,7 @@ No parameter shares a column's name (SQLAlchemy reserves those in UPDATEs).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -155,6 +155,30 @@ def new_workflow(
     }
 
 
+def _after_cursor() -> list[sa.ColumnElement[bool]]:
+    """Listed after the row ``before`` (newest first): an older row, or as old and a
+    smaller id. The first condition alone is the index range; the second settles ties."""
+    cursor = wf.alias("cursor")
+    created = sa.select(cursor.c.created_at).where(cursor.c.id == param("before"))
+    at = created.scalar_subquery()
+    return [
+        wf.c.created_at <= at,
+        sa.or_(wf.c.created_at < at, wf.c.id < param("before")),
+    ]
+
+
+_LIST_FILTERS: dict[str, Callable[[], list[sa.ColumnElement[bool]]]] = {
+    "status": lambda: [wf.c.status == param("status")],
+    "name": lambda: [wf.c.name == param("name")],
+    "queue": lambda: [wf.c.queue == param("queue_name")],
+    "parent_id": lambda: [wf.c.parent_id == param("parent")],
+    "created_after": lambda: [wf.c.created_at >= param("created_after", UTCDateTime())],
+    "created_before": lambda: [wf.c.created_at < param("created_before", UTCDateTime())],
+    "before": _after_cursor,
+}
+"""How each filter of ``list_workflows`` is written; the parameter is the filter's value."""
+
+
 class Statements:
     """Every statement of the shared SQL store, built once for one dialect."""
 
@@ -169,11 +193,23 @@ class Statements:
         self.get = sa.select(wf).where(wf.c.id == param("workflow"))
         self.status = sa.select(wf.c.status).where(wf.c.id == param("workflow"))
         self.load_steps = (
-            sa.select(*(st.c[name] for name in STEP_FIELDS))
+            sa.select(*(st.c[name] for name in STEP_FIELDS), st.c.started_at, st.c.completed_at)
             .where(st.c.workflow_id == param("workflow"))
             .order_by(st.c.step_index)
         )
-        self._lists: dict[tuple[bool, bool], sa.Select[Any]] = {}
+        self._lists: dict[frozenset[str], sa.Select[Any]] = {}
+
+        # -- throughput: the attempts ended since a cursor, read by the history's key
+        self.last_attempt = sa.select(sa.func.max(att.c.seq).label("seq"))
+        self.count_ended = (
+            sa.select(wf.c.queue, att.c.outcome, sa.func.count().label("n"))
+            .select_from(att.join(wf, wf.c.id == att.c.workflow_id))
+            .where(
+                att.c.seq > param("after", sa.BigInteger()),
+                att.c.seq <= param("upto", sa.BigInteger()),
+            )
+            .group_by(wf.c.queue, att.c.outcome)
+        )
 
         self.retry = d.wake_workers(
             wf.update()
@@ -362,21 +398,20 @@ class Statements:
         """The parameter sets of :attr:`enqueue` for ``rows``."""
         return [new_workflow_values(row) for row in rows]
 
-    def list_workflows(self, *, status: bool, name: bool) -> sa.Select[Any]:
-        """The newest workflows first, filtered by ``status`` and/or ``name`` parameters."""
-        key = (status, name)
-        query = self._lists.get(key)
+    def list_workflows(self, filters: frozenset[str]) -> sa.Select[Any]:
+        """The newest workflows first, filtered by the parameters named in ``filters``:
+        ``status``, ``name``, ``queue``, ``parent_id``, ``created_after``, ``created_before`` and
+        ``before`` (the id of the row the page continues after)."""
+        query = self._lists.get(filters)
         if query is None:
             query = (
                 sa.select(wf)
                 .order_by(wf.c.created_at.desc(), wf.c.id.desc())
                 .limit(param("limit", sa.Integer()))
             )
-            if status:
-                query = query.where(wf.c.status == param("status"))
-            if name:
-                query = query.where(wf.c.name == param("name"))
-            self._lists[key] = query
+            for name in sorted(filters):
+                query = query.where(*_LIST_FILTERS[name]())
+            self._lists[filters] = query
         return query
 
     def recorded(self, settle: sa.Update) -> sa.Executable | None:

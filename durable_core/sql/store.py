@@ -14,6 +14,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Self
 
@@ -30,6 +31,7 @@ from ..records import (
     AttemptRecord,
     BacklogRecord,
     ClaimedWorkflow,
+    EndedAttempts,
     Lease,
     NewWorkflow,
     StepRecord,
@@ -53,6 +55,9 @@ from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS, Statements, wf
 from .waiting import WaitingOperations
 
+_LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name"}
+"""The parameter of each ``list_workflows`` filter whose name is a column's."""
+
 
 class SQLStore(WaitingOperations, ScheduleOperations):
     """A store over any SQL database, given its dialect and a connector.
@@ -74,6 +79,8 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         self.statements = statements or Statements(dialect)
         self._description = description
         self._open = False
+        plan = dialect.plan_for_values
+        self._plan_for_values = None if plan is None else sa.text(plan)
         self._steps_inline = (
             dialect.update_returning and self.statements.inline_steps(wf.c.id) is not None
         )
@@ -250,21 +257,64 @@ class SQLStore(WaitingOperations, ScheduleOperations):
         status: WorkflowStatus | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        before: str | None = None,
     ) -> list[WorkflowRecord]:
-        """The newest workflows first, optionally filtered by status and name."""
-        query = self.statements.list_workflows(status=status is not None, name=name is not None)
+        """The newest workflows first, optionally filtered (see ``Store.list_workflows``)."""
+        given = {
+            "status": None if status is None else status.value,
+            "name": name,
+            "queue": queue,
+            "parent_id": parent_id,
+            "created_after": created_after,
+            "created_before": created_before,
+            "before": before,
+        }
+        filters = {key: value for key, value in given.items() if value is not None}
+        query = self.statements.list_workflows(frozenset(filters))
         params: dict[str, Any] = {"limit": limit}
-        if status is not None:
-            params["status"] = status.value
-        if name is not None:
-            params["name"] = name
-        return [record_from_row(row) for row in await self._fetch("list_workflows", query, params)]
+        for key, value in filters.items():
+            params[_LIST_PARAMS.get(key, key)] = value
+        if self._plan_for_values is None or not filters:
+            rows = await self._fetch("list_workflows", query, params)
+        else:
+            # A rare name or status is found through its own index, a common one by walking
+            # the creation order: only a plan made for the values can tell which it is.
+            async with self._transaction("list_workflows") as session:
+                await session.execute(self._plan_for_values)
+                rows = await session.fetch(query, self.dialect.bind_clock(params))
+        return [record_from_row(row) for row in rows]
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
-        """Every step of a workflow, by index."""
+        """Every step of a workflow, by index, with when each began and ended."""
         params = {"workflow": workflow_id}
         rows = await self._fetch("load_steps", self.statements.load_steps, params)
-        return [step_from_row(workflow_id, row) for row in rows]
+        return [
+            replace(
+                step_from_row(workflow_id, row),
+                started_at=row["started_at"],
+                completed_at=row["completed_at"],
+            )
+            for row in rows
+        ]
+
+    # -- monitoring -------------------------------------------------------------
+
+    async def count_ended_attempts(self, after: int | None) -> EndedAttempts:
+        """The attempts ended since the cursor ``after``, by queue and outcome."""
+        q = self.statements
+        rows = await self._fetch("count_ended_attempts", q.last_attempt, {})
+        upto = int(rows[0]["seq"] or 0)
+        if after is None or upto <= after:
+            return EndedAttempts(cursor=upto)
+        params = {"after": after, "upto": upto}
+        counted = await self._fetch("count_ended_attempts", q.count_ended, params)
+        return EndedAttempts(
+            cursor=upto, counts={(row["queue"], row["outcome"]): row["n"] for row in counted}
+        )
 
     async def backlog(self) -> list[BacklogRecord]:
         """Unfinished workflows counted by queue, name and status (one index scan)."""

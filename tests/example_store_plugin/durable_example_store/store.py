@@ -64,8 +64,22 @@ class ExampleStore:
         status: WorkflowStatus | None = None,
         name: str | None = None,
         limit: int = 50,
+        queue: str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        before: str | None = None,
     ) -> list[WorkflowRecord]:
-        return await self._inner.list_workflows(status=status, name=name, limit=limit)
+        return await self._inner.list_workflows(
+            status=status,
+            name=name,
+            limit=limit,
+            queue=queue,
+            parent_id=parent_id,
+            created_after=created_after,
+            created_before=created_before,
+            before=before,
+        )
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         return await self._inner.load_steps(workflow_id)
