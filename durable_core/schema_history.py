@@ -221,6 +221,22 @@ def _v4() -> list[ops.MigrateOperation]:
         ),
         _index("ix_workflows_queue_started_at", "workflows", "queue", "started_at"),
         _index("ix_workflows_concurrency_key", "workflows", "concurrency_key", "status"),
+        # The dashboard's list, newest first within a status or a queue.
+        _index("ix_workflows_status_created_at", "workflows", "status", "created_at"),
+        _index("ix_workflows_queue_created_at", "workflows", "queue", "created_at"),
+        # A received message is kept, marked, so its idempotency key still refuses a
+        # redelivery after the workflow took the first copy.
+        ops.AddColumnOp(
+            "workflow_messages", sa.Column("consumed_at", UTCDateTime(), nullable=True)
+        ),
+        _index(
+            "ix_workflow_messages_unread",
+            "workflow_messages",
+            "workflow_id",
+            "topic",
+            "consumed_at",
+            "seq",
+        ),
         _table(
             "workflow_schedules",
             sa.Column("name", sa.String(255), primary_key=True),

@@ -78,7 +78,8 @@ def _split_database(url: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 async def postgres_url() -> str:
-    """The test PostgreSQL database, created if missing. Unreachable means failure, not skip."""
+    """The test PostgreSQL database, made afresh for the session (so no table of an earlier
+    run, or of an unreleased schema, survives into it). Unreachable means failure, not skip."""
     import asyncpg
 
     name, admin_url = _split_database(POSTGRES_URL)
@@ -88,9 +89,8 @@ async def postgres_url() -> str:
     except Exception as exc:
         pytest.fail(f"PostgreSQL is required at {POSTGRES_URL} and cannot be reached: {exc}")
     try:
-        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
-        if not exists:
-            await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
     return POSTGRES_URL

@@ -188,6 +188,18 @@ class WaitingContract:
             (4, StepStatus.SUCCEEDED, "1"),
         ]
 
+    async def test_a_redelivery_after_the_message_was_taken_sends_nothing(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store)
+        key = f"evt-{claimed.id}"
+        await durable_store.send(claimed.id, "paid", '"first"', key)
+        assert await durable_store.receive(claimed.lease, "paid", 0, "durable.recv", "[]") == (
+            '"first"'
+        )
+        await durable_store.send(claimed.id, "paid", '"again"', key)  # the webhook, redelivered
+        assert await durable_store.receive(claimed.lease, "paid", 1, "durable.recv", "[]") is None
+
     async def test_a_stale_lease_cannot_receive_and_the_message_stays(
         self, durable_store: Store
     ) -> None:

@@ -321,12 +321,18 @@ class Statements:
         self.settled = sa.select(wf.c.id).where(wf.c.id == param("workflow"), status_in(TERMINAL))
         self.next_message = (
             sa.select(msg.c.seq, msg.c.payload)
-            .where(msg.c.workflow_id == param("workflow"), msg.c.topic == param("topic"))
+            .where(
+                msg.c.workflow_id == param("workflow"),
+                msg.c.topic == param("topic"),
+                msg.c.consumed_at.is_(None),
+            )
             .order_by(msg.c.seq)
             .limit(const(1))
             .with_for_update()
         )
-        self.delete_message = msg.delete().where(msg.c.seq == param("seq", sa.BigInteger()))
+        self.consume_message = (
+            msg.update().where(msg.c.seq == param("message", sa.BigInteger())).values(consumed_at=now)
+        )
         # A message id already in the workflow's inbox inserts nothing (a repeated send).
         self.send = d.ignore_duplicates(
             d.insert(msg).values(

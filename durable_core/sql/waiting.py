@@ -115,7 +115,7 @@ class WaitingOperations:
             if not found:
                 return None
             payload: str = found[0]["payload"]
-            await session.execute(q.delete_message, {"seq": found[0]["seq"]})
+            await session.execute(q.consume_message, bind({"message": found[0]["seq"]}))
             step = _step_params(step_index, step_name, input, payload)
             if not await session.execute(q.record_step, bind({**held, **step})):
                 raise errors.lease_lost(lease, f"receiving a message on {topic!r}")
