@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -42,8 +43,23 @@ from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[1]
-SCREENSHOT = ROOT / "docs" / "dashboard.png"
-WORKFLOW_SCREENSHOT = ROOT / "docs" / "dashboard-workflow.png"
+# README's screenshots are taken by this test: into docs/ with DURABLE_UPDATE_SCREENSHOTS=1,
+# elsewhere into a temporary folder, so a test run leaves the checkout as it was.
+SHOTS = (
+    ROOT / "docs"
+    if os.environ.get("DURABLE_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="durable-dashboard-shots-"))
+)
+SCREENSHOT = SHOTS / "dashboard.png"
+WORKFLOW_SCREENSHOT = SHOTS / "dashboard-workflow.png"
+
+
+def assert_png(path: Path) -> None:
+    """``path`` holds a PNG picture of a real page (not an empty window)."""
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000, path
+
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DASHBOARD = [sys.executable, "-m", "durable_core", "dashboard"]
 BROKEN: set[str] = set()
@@ -218,6 +234,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     assert "postgres" in driver.find_element(By.CSS_SELECTOR, ".store").text
     SCREENSHOT.parent.mkdir(exist_ok=True)
     driver.save_screenshot(str(SCREENSHOT))
+    assert_png(SCREENSHOT)
 
     # Filters: by status through the form, by name, by creation time.
     Select(driver.find_element(By.NAME, "status")).select_by_value("failed")
@@ -263,6 +280,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     assert "failed" in driver.find_element(By.ID, "attempts").text
     driver.set_window_size(1280, 1180)
     driver.save_screenshot(str(WORKFLOW_SCREENSHOT))
+    assert_png(WORKFLOW_SCREENSHOT)
     driver.set_window_size(1280, 860)
 
     # Retry puts it back to pending; a runner then finishes it.
