@@ -136,6 +136,25 @@ class WorkflowRecord:
     headers: Mapping[str, str] | None = None
 
     @property
+    def wait_description(self) -> str | None:
+        """What a waiting workflow waits for, and until when, in words (``None``: it does
+        not wait)."""
+        if not self.waiting_for:
+            return None
+        until = self.wake_at
+        deadline = f" until {until:%Y-%m-%d %H:%M:%S} UTC" if until else ""
+        kind, _, key = self.waiting_for.partition(":")
+        if kind == "sleep":
+            return f"its sleep to end{deadline}"
+        if kind == "message":
+            return f"a message on topic {key!r}{deadline}" if key else f"a message{deadline}"
+        if kind == "child":
+            return f"child workflow {key} to settle{deadline}"
+        if kind == "retry":
+            return f"the next try of step {key}{deadline}"
+        return f"{self.waiting_for}{deadline}"
+
+    @property
     def wake_at(self) -> datetime | None:
         """When a waiting workflow wakes by itself (its sleep ends, its receive times out)."""
         if self.status is not WorkflowStatus.WAITING or self.run_at >= FOREVER:

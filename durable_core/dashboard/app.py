@@ -195,7 +195,6 @@ class _Dashboard:
             "older": older,
             "newest": "?" + urlencode(kept) if before else None,
             "live": before is None,
-            "waiting_for": present.waiting_for,
         }
         template = "rows.html" if query.get("fragment") else "workflows.html"
         return self._page(request, template, context)
@@ -215,7 +214,7 @@ class _Dashboard:
             "children": children,
             "error": present.error_of(record.error),
             "error_of": present.error_of,
-            "waiting": present.waiting_for(record),
+            "waiting": record.wait_description or "",
             "notice": request.query_params.get("notice", ""),
             "live": not record.status.is_terminal,
         }

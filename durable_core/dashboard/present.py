@@ -119,24 +119,6 @@ def error_of(text: str | None) -> dict[str, Any] | None:
     return load_error(text)
 
 
-def waiting_for(record: WorkflowRecord) -> str:
-    """What a waiting workflow waits for, in words."""
-    if not record.waiting_for:
-        return ""
-    until = record.wake_at
-    deadline = f" until {until:%Y-%m-%d %H:%M:%S} UTC" if until else ""
-    kind, _, key = record.waiting_for.partition(":")
-    if kind == "sleep":
-        return f"its sleep to end{deadline}"
-    if kind == "message":
-        return f"a message on topic {key!r}{deadline}"
-    if kind == "child":
-        return f"child workflow {key} to settle{deadline}"
-    if kind == "retry":
-        return f"the next try of step {key}{deadline}"
-    return f"{record.waiting_for}{deadline}"
-
-
 @dataclass(frozen=True)
 class TimelineStep:
     """One step with its place on the workflow's timeline (percentages of its width)."""

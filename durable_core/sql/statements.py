@@ -331,7 +331,9 @@ class Statements:
             .with_for_update()
         )
         self.consume_message = (
-            msg.update().where(msg.c.seq == param("message", sa.BigInteger())).values(consumed_at=now)
+            msg.update()
+            .where(msg.c.seq == param("message", sa.BigInteger()))
+            .values(consumed_at=now)
         )
         # A message id already in the workflow's inbox inserts nothing (a repeated send).
         self.send = d.ignore_duplicates(

@@ -1,56 +1,36 @@
-"""``durable schedule add|list|pause|resume|delete``: schedules from the command line.
-
-:mod:`durable_core.cli` hands :func:`add_commands` its own helpers (opening the
-store, importing the app, reading JSON options), so this module does not
-import it back.
-"""
+"""``durable schedule add|list|pause|resume|delete``: schedules from the command line."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any
 
-from .client import DurableClient
-from .registry import default_registry
-from .schedules import Schedule, ScheduleRecord
-from .store import Store
+from ..client import DurableClient
+from ..registry import default_registry
+from ..schedules import Schedule, ScheduleRecord
+from .common import APP_ENV, import_app, json_option, opened_store, with_app, with_database
 
 
-@dataclass(frozen=True)
-class Helpers:
-    """What the schedule commands borrow from :mod:`durable_core.cli`."""
-
-    with_database: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-    with_app: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-    opened_store: Callable[[str | None, str | None], AbstractAsyncContextManager[Store]]
-    import_app: Callable[[list[str], None], object]
-    json_option: Callable[[str, str, type], Any]
-    app_env: str
-
-
-def add_commands(commands: Any, helpers: Helpers) -> None:
+def add_commands(commands: Any) -> None:
     """Add ``durable schedule`` and its subcommands to the ``commands`` subparsers."""
-    h = helpers
     schedule = commands.add_parser("schedule", help="add, list, pause, resume or delete schedules")
     actions = schedule.add_subparsers(dest="action", required=True)
 
     def handler(work: Callable[[argparse.Namespace, DurableClient], Awaitable[str]]) -> Any:
         async def run(args: argparse.Namespace) -> int:
-            async with h.opened_store(args.database_url, args.embedded_dir) as store:
+            async with opened_store(args.database_url, args.embedded_dir) as store:
                 print(await work(args, DurableClient(store)))
             return 0
 
         return run
 
     async def add(args: argparse.Namespace, client: DurableClient) -> str:
-        positional = h.json_option("--args", args.args, list)
-        keywords = h.json_option("--kwargs", args.kwargs, dict)
-        h.import_app(args.app, None)
-        definition = default_registry.get(args.workflow, importer=f"--app (or ${h.app_env})")
+        positional = json_option("--args", args.args, list)
+        keywords = json_option("--kwargs", args.kwargs, dict)
+        import_app(args.app, None)
+        definition = default_registry.get(args.workflow, importer=f"--app (or ${APP_ENV})")
         spec = Schedule(
             args.cron,
             args.timezone,
@@ -87,7 +67,7 @@ def add_commands(commands: Any, helpers: Helpers) -> None:
         await client.delete_schedule(args.name)
         return f"schedule {args.name} deleted"
 
-    adding = h.with_app(h.with_database(actions.add_parser("add", help="add a schedule")))
+    adding = with_app(with_database(actions.add_parser("add", help="add a schedule")))
     adding.add_argument("name", help="the schedule's name")
     adding.add_argument("workflow", help="the workflow's registered name (module.qualname)")
     adding.add_argument("cron", help="a cron expression ('*/5 * * * *'; six fields: second first)")
@@ -100,7 +80,7 @@ def add_commands(commands: Any, helpers: Helpers) -> None:
     adding.add_argument("--queue", help="the queue its workflows go to")
     adding.set_defaults(run=handler(add))
 
-    listed = h.with_database(actions.add_parser("list", help="list schedules by name"))
+    listed = with_database(actions.add_parser("list", help="list schedules by name"))
     listed.add_argument("--json", action="store_true")
     listed.set_defaults(run=handler(listing))
 
@@ -109,7 +89,7 @@ def add_commands(commands: Any, helpers: Helpers) -> None:
         ("resume", resume, "start workflows on a paused schedule again, from its next tick"),
         ("delete", delete, "delete a schedule (not the workflows it started)"),
     ):
-        sub = h.with_database(actions.add_parser(name, help=text))
+        sub = with_database(actions.add_parser(name, help=text))
         sub.add_argument("name", help="the schedule's name")
         sub.set_defaults(run=handler(work))
 

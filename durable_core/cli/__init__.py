@@ -1,0 +1,94 @@
+"""The ``durable`` command: run a worker, apply the schema, inspect and steer workflows.
+
+Each module adds its commands: :mod:`.running` (worker, start, migrate, alembic,
+dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel) and
+:mod:`.schedules`; :mod:`.common` holds what they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+import anyio
+
+from ..errors import FrameworkError
+from ..worker import single_error
+from . import inspecting, running, schedules
+from .common import configure_logging, import_app, opened_store
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``durable`` command."""
+    parser = argparse.ArgumentParser(
+        prog="durable", description="Durable workflows: worker, schema and operations."
+    )
+    parser.add_argument("--log-level", default=os.environ.get("DURABLE_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in (running, inspecting, schedules):
+        module.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``durable`` and ``python -m durable_core``.
+
+    When the reader of stdout goes away (``durable list | head -1``), the command stops
+    quietly with the exit code of a process killed by SIGPIPE (the recipe of Python's
+    ``signal`` documentation; SIGPIPE itself stays ignored, so a closed socket is an
+    error, not the end of a worker).
+    """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader gone shows up inside the try
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        if getattr(args, "sync", False):
+            code: int = args.run(args)
+        else:
+            code = anyio.run(args.run, args)
+    except FrameworkError as exc:
+        return _fail(exc)
+    except BaseExceptionGroup as group:
+        error = single_error(group)
+        if isinstance(error, FrameworkError):
+            return _fail(error)
+        raise
+    return code
+
+
+def _version() -> str:
+    try:
+        return version("durable-core")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _fail(exc: FrameworkError) -> int:
+    """Print a :class:`FrameworkError` as one line; the exit code of every CLI error."""
+    message = " ".join(str(exc).split())
+    print(f"durable: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run() -> None:
+    """Console-script wrapper: exit with :func:`main`'s code."""
+    sys.exit(main())
+
+
+__all__ = ["build_parser", "import_app", "main", "opened_store", "run"]
