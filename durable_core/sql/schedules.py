@@ -10,9 +10,8 @@ skipped). Of several workers reading the same tick, one fires it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -20,7 +19,8 @@ from .. import schema
 from ..errors import StoreError
 from ..records import NewWorkflow
 from ..schedules import ScheduleRecord
-from .connector import Connector, Params, Row, Session
+from .base import SQLStoreBase
+from .connector import Row
 from .dialect import SQLDialect
 from .errors import Failure
 from .statements import param
@@ -115,27 +115,8 @@ class ScheduleStatements:
         )
 
 
-class ScheduleOperations:
+class ScheduleOperations(SQLStoreBase):
     """Add, read, pause, delete and fire schedules (mixed into ``SQLStore``)."""
-
-    dialect: SQLDialect
-    connector: Connector
-
-    if TYPE_CHECKING:
-
-        def _transaction(self, operation: str) -> AbstractAsyncContextManager[Session]: ...
-
-        async def _fetch(
-            self, operation: str, statement: sa.Executable, params: Params
-        ) -> Sequence[Row]: ...
-
-        async def _execute(
-            self, operation: str, statement: sa.Executable, params: Params
-        ) -> int: ...
-
-        async def _enqueue_in(
-            self, session: Session, batch: Sequence[NewWorkflow]
-        ) -> list[str]: ...
 
     _schedule_statements: ScheduleStatements | None = None
 

@@ -9,49 +9,19 @@ waiting row before writing, so that one of the two always sees the other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
-
-import sqlalchemy as sa
-
 from ..errors import ConfigurationError, WorkflowNotFoundError
 from ..records import FOREVER, MAX_TOPIC, Lease, Wait, WaitKind
 from . import errors
-from .connector import Params, Row, Session
-from .dialect import SQLDialect
-from .statements import Statements
+from .base import SQLStoreBase
+from .connector import Params
 
 
 class _StillRunning(Exception):
     """Rolls a suspension back: the wait was over before it began."""
 
 
-class WaitingOperations:
+class WaitingOperations(SQLStoreBase):
     """Suspend, receive, send, events (mixed into ``SQLStore``)."""
-
-    statements: Statements
-    dialect: SQLDialect
-    _description: str
-
-    if TYPE_CHECKING:
-
-        def _transaction(self, operation: str) -> AbstractAsyncContextManager[Session]: ...
-
-        async def _fetch(
-            self, operation: str, statement: sa.Executable, params: Params
-        ) -> Sequence[Row]: ...
-
-        async def _fenced(
-            self,
-            lease: Lease,
-            operation: str,
-            statement: sa.Executable,
-            what: str,
-            **params: Any,
-        ) -> None: ...
-
-        async def check_values(self, operation: str, *texts: str | None) -> None: ...
 
     async def record_step(
         self, lease: Lease, step_index: int, step_name: str, input: str, output: str

@@ -1,0 +1,217 @@
+"""``SQLStoreBase``: what every part of the shared SQL store stands on.
+
+It holds the connector, the dialect and the statements, opens and closes them,
+applies the schema, runs statements with a database failure turned into the
+error a user sees, fences a write by its lease, says why a transition did not
+apply, and writes new workflow rows (for a start, a fork or a schedule's tick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Self
+
+import sqlalchemy as sa
+
+from .. import migrations
+from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
+from ..records import Lease, NewWorkflow
+from ..schema import SCHEMA_VERSION
+from . import errors
+from .connector import Connector, Params, Row, Session
+from .dialect import SQLDialect
+from .repeats import check_repeats, unique_starts
+from .statements import Statements, wf
+
+
+class SQLStoreBase:
+    """The connector, dialect and statements of a SQL store, and how statements run."""
+
+    def __init__(
+        self,
+        connector: Connector,
+        dialect: SQLDialect,
+        *,
+        description: str,
+        statements: Statements | None = None,
+    ) -> None:
+        self.connector = connector
+        self.dialect = dialect
+        self.statements = statements or Statements(dialect)
+        self._description = description
+        self._open = False
+        plan = dialect.plan_for_values
+        self._plan_for_values = None if plan is None else sa.text(plan)
+        self._steps_inline = (
+            dialect.update_returning and self.statements.inline_steps(wf.c.id) is not None
+        )
+
+    @property
+    def description(self) -> str:
+        """The database this store writes to, with no password in it."""
+        return self._description
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` was called and :meth:`close` was not since."""
+        return self._open
+
+    async def open(self) -> None:
+        """Connect. Calling it again on an open store does nothing."""
+        if self._open:
+            return
+        try:
+            await self.connector.open()
+        except Exception as exc:
+            raise self._failed("open", exc) from exc
+        self._open = True
+
+    async def close(self) -> None:
+        """Release every connection."""
+        if self._open:
+            self._open = False
+            await self.connector.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def apply_schema(self) -> None:
+        """Create the durable tables, or upgrade them in place to this release's version."""
+
+        def upgrade(conn: sa.Connection) -> tuple[int, int]:
+            with self.dialect.migration_lock(conn):
+                return migrations.upgrade(conn)
+
+        await self._run_sync("apply_schema", upgrade)
+
+    async def schema_version(self) -> int:
+        """The database's schema version: 0 without the durable tables."""
+        version: int = await self._run_sync("schema_version", migrations.current_version)
+        return version
+
+    async def check_schema(self) -> None:
+        """Raise :class:`~durable_core.errors.SchemaMissingError` or
+        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current."""
+        found = await self.schema_version()
+        if found == 0:
+            raise errors.schema_missing(self._description)
+        if found < SCHEMA_VERSION:
+            raise errors.schema_outdated(self._description, found, SCHEMA_VERSION)
+
+    def _failed(self, operation: str, exc: BaseException) -> BaseException:
+        failure = self.connector.classify(exc)
+        if failure is None:
+            return exc
+        return errors.store_error(failure, exc, operation=operation, store=self._description)
+
+    def _require_open(self) -> Connector:
+        if not self._open:
+            raise errors.not_open(self._description)
+        return self.connector
+
+    @contextmanager
+    def _translated(self, operation: str) -> Iterator[Connector]:
+        """The open connector; a database failure inside becomes the error a user sees."""
+        connector = self._require_open()
+        try:
+            yield connector
+        except FrameworkError:
+            raise  # already says what went wrong
+        except Exception as exc:
+            failed = self._failed(operation, exc)
+            if failed is exc:
+                raise
+            raise failed from exc
+
+    async def _fetch(
+        self, operation: str, statement: sa.Executable, params: Params
+    ) -> Sequence[Row]:
+        with self._translated(operation) as connector:
+            return await connector.fetch(statement, self.dialect.bind_clock(params))
+
+    async def _execute(self, operation: str, statement: sa.Executable, params: Params) -> int:
+        with self._translated(operation) as connector:
+            return await connector.execute(statement, self.dialect.bind_clock(params))
+
+    @asynccontextmanager
+    async def _transaction(self, operation: str) -> AsyncIterator[Session]:
+        with self._translated(operation) as connector:
+            async with connector.transaction() as session:
+                yield session
+
+    async def _run_sync(self, operation: str, work: Any) -> Any:
+        with self._translated(operation) as connector:
+            return await connector.run_sync(work)
+
+    async def check_values(self, operation: str, *texts: str | None) -> None:
+        """Refuse values the database could not take in one write (nothing by default)."""
+
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> list[str]:
+        """Insert pending workflows, all in one transaction, and wake idle workers.
+
+        An id that exists already with the same workflow and input is skipped (a
+        repeated start); with another workflow or input it raises
+        :class:`~durable_core.errors.WorkflowConflictError` and nothing is written.
+        Returns the ids written.
+        """
+        batch = unique_starts(workflows)
+        if not batch:
+            return []
+        for row in batch:
+            await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
+        if self.statements.enqueue_returns_ids and len(batch) == 1:
+            # Nothing else to roll back on a conflict: one statement, no transaction.
+            [params] = self.statements.enqueue_params(batch)
+            return await self._insert_new(self.connector, batch, params)
+        async with self._transaction("enqueue") as session:
+            return await self._enqueue_in(session, batch)
+
+    async def _enqueue_in(self, session: Session, batch: Sequence[NewWorkflow]) -> list[str]:
+        """Enqueue ``batch`` (unique ids) inside the transaction ``session``."""
+        q = self.statements
+        if q.enqueue_returns_ids:
+            [params] = q.enqueue_params(batch)
+            return await self._insert_new(session, batch, params)
+        existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
+        check_repeats(batch, existing)
+        taken = {found["id"] for found in existing}
+        new = [row for row in batch if row.id not in taken]
+        if new:
+            bound = [self.dialect.bind_clock(p) for p in q.enqueue_params(new)]
+            await session.execute_many(q.enqueue, bound)
+        return [row.id for row in new]
+
+    async def _insert_new(
+        self, session: Session, batch: Sequence[NewWorkflow], params: Params
+    ) -> list[str]:
+        """Run the one-statement enqueue; check the rows it skipped repeat their starts."""
+        q = self.statements
+        with self._translated("enqueue"):
+            [result] = await session.fetch(q.enqueue, params)
+            inserted = set(result["ids"] or ())
+            skipped = [row for row in batch if row.id not in inserted]
+            if skipped:
+                existing = await session.fetch(q.existing, {"ids": [row.id for row in skipped]})
+                check_repeats(skipped, existing)
+        return [row.id for row in batch if row.id in inserted]
+
+    async def _fenced(
+        self, lease: Lease, operation: str, statement: sa.Executable, what: str, **params: Any
+    ) -> None:
+        params["workflow"], params["token"] = lease.workflow_id, lease.token
+        if not await self._execute(operation, statement, params):
+            raise errors.lease_lost(lease, what)
+
+    async def _refuse(self, workflow_id: str, operation: str, rule: str) -> None:
+        """Say why a transition did not apply: no such workflow, or not in a state it allows."""
+        rows = await self._fetch(operation, self.statements.status, {"workflow": workflow_id})
+        if not rows:
+            raise WorkflowNotFoundError(
+                f"no workflow with id {workflow_id!r} in {self._description}"
+            )
+        raise InvalidStateError(f"workflow {workflow_id} is {rows[0]['status']}; {rule}")
