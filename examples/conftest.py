@@ -9,6 +9,7 @@ expects), created afresh; an unreachable server fails the test.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import pytest
@@ -30,7 +31,10 @@ def durable_postgres_url(pytestconfig: pytest.Config) -> str:
     from tests.conftest import fresh_postgres_database
 
     name = TEST_POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0] + "_examples"
+    # In a thread of its own: an async session fixture of tests/ may hold this thread's loop.
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        made = thread.submit(anyio.run, fresh_postgres_database, TEST_POSTGRES_URL, name)
     try:
-        return anyio.run(fresh_postgres_database, TEST_POSTGRES_URL, name)
+        return made.result()
     except OSError as exc:
         pytest.fail(f"PostgreSQL is required at {TEST_POSTGRES_URL}: {exc}", pytrace=False)

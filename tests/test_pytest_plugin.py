@@ -139,7 +139,20 @@ def user_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+ANYIO_ON_ASYNCIO = """
+import pytest
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+"""
+"""What README tells a user whose environment has trio too (selenium brings it here)."""
+
+
+def run(pytester: pytest.Pytester, *args: str, conftest: str = "") -> pytest.RunResult:
+    """Run pytest on the user's folder, with their conftest pinning anyio to asyncio."""
+    pytester.makeconftest(ANYIO_ON_ASYNCIO + conftest)
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=120)
 
 
@@ -223,9 +236,8 @@ def test_a_real_worker_from_the_env_and_ini_runs_and_is_stopped(
 ) -> None:
     monkeypatch.setenv("DURABLE_POSTGRES_URL", user_postgres_url)
     pytester.makeini("[pytest]\ndurable_app = user_workflows\n")
-    pytester.makeconftest(WORKER_CONFTEST)
     pytester.makepyfile(user_workflows=USER_WORKFLOWS, test_worker=WORKER_TESTS)
-    result = run(pytester)
+    result = run(pytester, conftest=WORKER_CONFTEST)
     result.assert_outcomes(passed=1)
     pid = int((pytester.path / "worker.pid").read_text())
     with pytest.raises(ProcessLookupError):

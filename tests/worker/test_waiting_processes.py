@@ -274,7 +274,9 @@ async def test_200_receivers_get_their_own_message_once_across_two_sigkills(
             kill(sender)
     assert sender.returncode == 0 and b"sent 200" in out, out
 
-    assert await count(sql, "SELECT count(*) FROM workflow_messages") == 0, "every message taken"
+    unread = "SELECT count(*) FROM workflow_messages WHERE consumed_at IS NULL"
+    assert await count(sql, unread) == 0, "every message taken"
+    assert await count(sql, "SELECT count(*) FROM workflow_messages") == 200, "each kept once"
     rows = await sql.fetch("SELECT id, output, attempts FROM workflows")
     assert {r["id"]: json.loads(r["output"]) for r in rows} == expected
     attempts = {r["id"]: r["attempts"] for r in rows}
@@ -327,7 +329,9 @@ async def test_a_message_sent_before_recv_is_received_and_a_timeout_returns_none
     proc = workers.start(WORKFLOW_CONCURRENCY=1)
     assert await early.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
     assert await early.output() == {"greeting": "first"}, "the oldest message on the topic"
-    left = await sql.fetch("SELECT topic, payload FROM workflow_messages ORDER BY seq")
+    left = await sql.fetch(
+        "SELECT topic, payload FROM workflow_messages WHERE consumed_at IS NULL ORDER BY seq"
+    )
     assert [(r["topic"], json.loads(r["payload"])) for r in left] == [
         ("hello", {"greeting": "second"}),
         ("elsewhere", "other topic"),
