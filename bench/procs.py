@@ -1,4 +1,4 @@
-"""Worker processes (framework and floor): start, wait until ready, read RSS and CPU, stop."""
+"""Worker processes (framework, floors, peers): start, wait until ready, read RSS and CPU, stop."""
 
 from __future__ import annotations
 
@@ -48,6 +48,15 @@ class Proc:
             if line.startswith(key + ":"):
                 return int(line.split()[1])
         raise RuntimeError(f"no {key} for process {self.pid}")
+
+    async def wait_for_line(self, text: str, timeout: float = 60.0) -> None:
+        """Wait until the process has printed a line ``text``."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log.read_text(errors="replace").splitlines():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.kind} worker {self.pid} did not print {text!r}")
+            await anyio.sleep(0.05)
 
     def check_alive(self) -> None:
         code = self.popen.poll()
@@ -111,6 +120,42 @@ class Fleet:
         if not listen:
             command.append("--no-listen")
         return self._start("floor", command, {})
+
+    def start_own_floor(
+        self, kind: str, *, concurrency: int, steps: int = 3, poll_ms: int = 1000
+    ) -> Proc:
+        """A ``python -m bench.naive_floor`` (``kind`` "naive") or ``bench.group_floor``
+        ("group") process: the same rows written by a plain design, bare asyncpg."""
+        module = {"naive": "bench.naive_floor", "group": "bench.group_floor"}[kind]
+        command = [
+            sys.executable,
+            "-m",
+            module,
+            "--url",
+            self.url,
+            "--concurrency",
+            str(concurrency),
+            "--steps",
+            str(steps),
+            "--poll-ms",
+            str(poll_ms),
+        ]
+        return self._start(kind, command, {})
+
+    def start_dbos(self, url: str, *, concurrency: int, poll_ms: int) -> Proc:
+        """A ``python -m bench.dbos_peer`` process: DBOS serving its queue on ``url``."""
+        command = [
+            sys.executable,
+            "-m",
+            "bench.dbos_peer",
+            "--url",
+            url,
+            "--concurrency",
+            str(concurrency),
+            "--poll-ms",
+            str(poll_ms),
+        ]
+        return self._start("dbos", command, {})
 
     def _start(self, kind: str, command: list[str], env: dict[str, str]) -> Proc:
         logs = RESULTS_DIR / "logs"

@@ -1,0 +1,173 @@
+"""The group-commit floor: the naive floor's rows, the writes of all workflows in flight
+sent together.
+
+A workflow hands each write (a step row, or its settle) to one flusher and waits until
+that write has committed before its next step starts, as in the naive floor. The flusher
+sends everything handed to it since its last flush as one multi-row statement
+(:data:`bench.own_sql.FLUSH`, ``unnest`` arrays), in its own transaction; while that
+flush is in flight the next one gathers. A lone write goes out at once: nothing waits
+on a timer. Run as ``python -m bench.group_floor``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from bench import own_sql
+
+APPLICATION_NAME = "durable_floor_group"
+
+
+@dataclass
+class _Batch:
+    """Writes gathered for one flush, as the statement's arrays."""
+
+    step_ids: list[str] = field(default_factory=list)
+    step_tokens: list[str] = field(default_factory=list)
+    step_indexes: list[int] = field(default_factory=list)
+    step_names: list[str] = field(default_factory=list)
+    step_inputs: list[str] = field(default_factory=list)
+    step_outputs: list[str] = field(default_factory=list)
+    settle_ids: list[str] = field(default_factory=list)
+    settle_tokens: list[str] = field(default_factory=list)
+    settle_outputs: list[str] = field(default_factory=list)
+    waiters: list[tuple[str, asyncio.Future[None]]] = field(default_factory=list)
+
+
+class GroupCommitter:
+    """Gathers fenced writes and commits each gathering with one statement, one flush in
+    flight at a time (the next gathers meanwhile)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._batch = _Batch()
+        self._ready = asyncio.Event()
+        self.flushes = 0
+        self.writes = 0
+
+    def _wait(self, workflow_id: str) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._batch.waiters.append((workflow_id, future))
+        self._ready.set()
+        return future
+
+    async def step(
+        self, workflow_id: str, token: str, index: int, name: str, input: str, output: str
+    ) -> None:
+        """Record a succeeded step; returns once it has committed."""
+        b = self._batch
+        b.step_ids.append(workflow_id)
+        b.step_tokens.append(token)
+        b.step_indexes.append(index)
+        b.step_names.append(name)
+        b.step_inputs.append(input)
+        b.step_outputs.append(output)
+        await self._wait(workflow_id)
+
+    async def settle(self, workflow_id: str, token: str, output: str) -> None:
+        """Settle a workflow as succeeded; returns once it has committed."""
+        b = self._batch
+        b.settle_ids.append(workflow_id)
+        b.settle_tokens.append(token)
+        b.settle_outputs.append(output)
+        await self._wait(workflow_id)
+
+    async def run(self) -> None:
+        """Flush whatever has gathered, one flush at a time, until cancelled."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._batch = self._batch, _Batch()
+            try:
+                row = await self._conn.fetchrow(
+                    own_sql.FLUSH,
+                    batch.step_ids,
+                    batch.step_tokens,
+                    batch.step_indexes,
+                    batch.step_names,
+                    batch.step_inputs,
+                    batch.step_outputs,
+                    batch.settle_ids,
+                    batch.settle_tokens,
+                    batch.settle_outputs,
+                )
+            except Exception as exc:
+                for _, future in batch.waiters:
+                    future.set_exception(exc)
+                continue
+            assert row is not None
+            landed = {*(row["stepped"] or ()), *(row["settled"] or ())}
+            self.flushes += 1
+            self.writes += len(batch.waiters)
+            for workflow_id, future in batch.waiters:
+                if workflow_id in landed:
+                    future.set_result(None)
+                else:
+                    future.set_exception(own_sql.LeaseLost(workflow_id))
+
+
+async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) -> None:
+    """Claim and run rows until SIGTERM."""
+    dsn = own_sql.dsn_of(url)
+    options = own_sql.connect_options(APPLICATION_NAME)
+    claimer = await asyncpg.connect(dsn, **options)
+    writer = await asyncpg.connect(dsn, **options)
+    committer = GroupCommitter(writer)
+    flusher = asyncio.create_task(committer.run())
+
+    async def run_one(workflow_id: str, input_json: str, token: str) -> None:
+        n = own_sql.first_argument(input_json)
+        for index in range(steps):
+            output = own_sql.body(index, n)
+            await committer.step(
+                workflow_id,
+                token,
+                index,
+                own_sql.step_name(index),
+                own_sql.step_input(n),
+                str(output),
+            )
+            n = output
+        await committer.settle(workflow_id, token, str(n))
+
+    try:
+        await own_sql.serve(
+            dsn,
+            APPLICATION_NAME,
+            concurrency=concurrency,
+            poll_ms=poll_ms,
+            claim=own_sql.claim_with(claimer),
+            run_one=run_one,
+        )
+    finally:
+        flusher.cancel()
+        await asyncio.gather(flusher, return_exceptions=True)
+        print(f"group floor: {committer.writes} writes in {committer.flushes} flushes", flush=True)
+        await writer.close()
+        await claimer.close()
+
+
+def main() -> None:
+    """``python -m bench.group_floor``: a group-commit-floor worker process."""
+    parser = argparse.ArgumentParser(prog="python -m bench.group_floor")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--poll-ms", type=float, default=1000)
+    args = parser.parse_args()
+    asyncio.run(
+        run_worker(
+            args.url,
+            concurrency=args.concurrency,
+            steps=args.steps,
+            poll_ms=args.poll_ms,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

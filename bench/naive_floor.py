@@ -1,0 +1,73 @@
+"""The naive floor: bare asyncpg, one statement per write, each its own transaction.
+
+Per workflow: its share of a batched ``SKIP LOCKED`` claim, one ``INSERT`` per step
+(after the step's body ran) and one settling ``UPDATE``; the workflow's next step
+starts once the previous write has committed. Run as ``python -m bench.naive_floor``,
+a separate process like a real worker; the pool has the framework store's bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import asyncpg
+
+from bench import own_sql, sql
+
+APPLICATION_NAME = "durable_floor_naive"
+
+
+async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) -> None:
+    """Claim and run rows until SIGTERM."""
+    dsn = own_sql.dsn_of(url)
+    pool = await asyncpg.create_pool(dsn, **sql.pool_options(APPLICATION_NAME))
+
+    async def run_one(workflow_id: str, input_json: str, token: str) -> None:
+        n = own_sql.first_argument(input_json)
+        for index in range(steps):
+            output = own_sql.body(index, n)
+            status = await pool.execute(
+                own_sql.STEP,
+                workflow_id,
+                token,
+                index,
+                own_sql.step_name(index),
+                own_sql.step_input(n),
+                str(output),
+            )
+            if status.endswith(" 0"):
+                raise own_sql.LeaseLost(workflow_id)
+            n = output
+        status = await pool.execute(own_sql.SETTLE, workflow_id, token, str(n))
+        if status.endswith(" 0"):
+            raise own_sql.LeaseLost(workflow_id)
+
+    try:
+        await own_sql.serve(
+            dsn,
+            APPLICATION_NAME,
+            concurrency=concurrency,
+            poll_ms=poll_ms,
+            claim=own_sql.claim_with(pool),
+            run_one=run_one,
+        )
+    finally:
+        await pool.close()
+
+
+def main() -> None:
+    """``python -m bench.naive_floor``: a naive-floor worker process."""
+    parser = argparse.ArgumentParser(prog="python -m bench.naive_floor")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--poll-ms", type=float, default=1000)
+    args = parser.parse_args()
+    asyncio.run(
+        run_worker(args.url, concurrency=args.concurrency, steps=args.steps, poll_ms=args.poll_ms)
+    )
+
+
+if __name__ == "__main__":
+    main()
