@@ -129,7 +129,9 @@ def render(payload: dict[str, Any], results: list[ScenarioResult]) -> str:
         "- ratio = durable-core / floor; the floor is bare asyncpg issuing the same statements "
         "in the same run (for claim cost: the same claim at the smallest backlog; for the "
         "wake-up: a fresh start on the same worker; for the scenarios with waiting "
-        "workflows: the same measurement without them)",
+        "workflows: the same measurement without them); the end-to-end rows named "
+        "`/ naive floor`, `/ group-commit floor` and `/ DBOS` set the same durable-core "
+        "figure beside those floors and the peer, measured in the same run",
         "",
         tables(results),
         END,
