@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import asyncpg
 
@@ -35,6 +36,9 @@ class _Batch:
     settle_ids: list[str] = field(default_factory=list)
     settle_tokens: list[str] = field(default_factory=list)
     settle_outputs: list[str] = field(default_factory=list)
+    settle_attempts: list[int] = field(default_factory=list)
+    settle_workers: list[str] = field(default_factory=list)
+    settle_started: list[datetime] = field(default_factory=list)
     waiters: list[tuple[str, asyncio.Future[None]]] = field(default_factory=list)
 
 
@@ -68,12 +72,23 @@ class GroupCommitter:
         b.step_outputs.append(output)
         await self._wait(workflow_id)
 
-    async def settle(self, workflow_id: str, token: str, output: str) -> None:
-        """Settle a workflow as succeeded; returns once it has committed."""
+    async def settle(
+        self,
+        workflow_id: str,
+        token: str,
+        output: str,
+        attempt: int,
+        worker_id: str,
+        claimed_at: datetime,
+    ) -> None:
+        """Settle a workflow as succeeded and record its attempt; returns once committed."""
         b = self._batch
         b.settle_ids.append(workflow_id)
         b.settle_tokens.append(token)
         b.settle_outputs.append(output)
+        b.settle_attempts.append(attempt)
+        b.settle_workers.append(worker_id)
+        b.settle_started.append(claimed_at)
         await self._wait(workflow_id)
 
     async def run(self) -> None:
@@ -94,6 +109,9 @@ class GroupCommitter:
                     batch.settle_ids,
                     batch.settle_tokens,
                     batch.settle_outputs,
+                    batch.settle_attempts,
+                    batch.settle_workers,
+                    batch.settle_started,
                 )
             except Exception as exc:
                 for _, future in batch.waiters:
@@ -119,7 +137,8 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
     committer = GroupCommitter(writer)
     flusher = asyncio.create_task(committer.run())
 
-    async def run_one(workflow_id: str, input_json: str, token: str) -> None:
+    async def run_one(row: asyncpg.Record, worker_id: str) -> None:
+        workflow_id, input_json, token, attempt, claimed_at = row
         n = own_sql.first_argument(input_json)
         for index in range(steps):
             output = own_sql.body(index, n)
@@ -132,7 +151,7 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
                 str(output),
             )
             n = output
-        await committer.settle(workflow_id, token, str(n))
+        await committer.settle(workflow_id, token, str(n), attempt, worker_id, claimed_at)
 
     try:
         await own_sql.serve(

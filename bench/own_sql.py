@@ -36,7 +36,7 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) AS picked
 WHERE w.id = picked.id
-RETURNING w.id, w.input, w.lock_token
+RETURNING w.id, w.input, w.lock_token, w.attempts, now() AS claimed_at
 """
 """Claim up to ``$3`` due rows: lease them to worker ``$1`` for ``$2`` seconds."""
 
@@ -60,12 +60,18 @@ FROM workflows WHERE id = $1 AND lock_token = $2
 """One succeeded step of workflow ``$1`` under lease ``$2``: index, name, input, output."""
 
 SETTLE = """
-UPDATE workflows
-SET status = 'succeeded', output = $3, error = NULL, locked_by = NULL, lock_token = NULL,
-    locked_until = NULL, updated_at = now(), completed_at = now()
-WHERE id = $1 AND lock_token = $2
+WITH ended AS (
+    UPDATE workflows
+    SET status = 'succeeded', output = $3, error = NULL, locked_by = NULL, lock_token = NULL,
+        locked_until = NULL, updated_at = now(), completed_at = now()
+    WHERE id = $1 AND lock_token = $2
+    RETURNING id
+)
+INSERT INTO workflow_attempts (workflow_id, attempt, worker, started_at, ended_at, outcome)
+SELECT id, $4, $5, $6, now(), 'succeeded' FROM ended
 """
-"""Settle workflow ``$1`` under lease ``$2`` with output ``$3``."""
+"""Settle workflow ``$1`` under lease ``$2`` with output ``$3``, and record the attempt
+(number ``$4``, worker ``$5``, claimed at ``$6``) in its history, as the store does."""
 
 FLUSH = (
     """
@@ -88,6 +94,12 @@ WITH stepped AS (
     FROM unnest($7::text[], $8::text[], $9::text[]) AS u(id, token, output)
     WHERE w.id = u.id AND w.lock_token = u.token
     RETURNING w.id
+), recorded AS (
+    INSERT INTO workflow_attempts (workflow_id, attempt, worker, started_at, ended_at, outcome)
+    SELECT u.id, u.attempt, u.worker, u.started, now(), 'succeeded'
+    FROM unnest($7::text[], $10::int[], $11::text[], $12::timestamptz[])
+        AS u(id, attempt, worker, started)
+    JOIN settled ON settled.id = u.id
 )
 SELECT (SELECT array_agg(workflow_id) FROM stepped) AS stepped,
        (SELECT array_agg(id) FROM settled) AS settled
@@ -95,8 +107,9 @@ SELECT (SELECT array_agg(workflow_id) FROM stepped) AS stepped,
 )
 """The group-commit flush: every pending step row and every pending settle, one statement.
 
-``$1..$6`` are the step rows (workflow, token, index, name, input, output), ``$7..$9``
-the settles (workflow, token, output); it returns the workflows whose write landed.
+``$1..$6`` are the step rows (workflow, token, index, name, input, output), ``$7..$12``
+the settles (workflow, token, output, attempt, worker, claimed at; each settle also
+records the attempt); it returns the workflows whose write landed.
 """
 
 
@@ -120,8 +133,8 @@ def first_argument(input_json: str) -> int:
     return value
 
 
-RunOne = Callable[[str, str, str], Awaitable[None]]
-"""Runs one claimed workflow: ``(id, input, lease token)``."""
+RunOne = Callable[[asyncpg.Record, str], Awaitable[None]]
+"""Runs one claimed workflow: the claimed row (:data:`CLAIM`'s columns) and the worker id."""
 
 
 async def serve(
@@ -153,7 +166,7 @@ async def serve(
     async def guarded(row: asyncpg.Record) -> None:
         nonlocal in_flight
         try:
-            await run_one(row[0], row[1], row[2])
+            await run_one(row, worker_id)
         finally:
             in_flight -= 1
             slot_free.set()
