@@ -24,6 +24,7 @@ from bench.common import plain_dsn
 from durable_core.client import new_workflow_id
 from durable_core.config import WorkflowConfig
 from durable_core.queues import Queue
+from durable_core.records import NewWorkflow
 
 LEASE_SECONDS = float(WorkflowConfig().lock_timeout_secs)
 STEP_NAMES = ("bench.app.first", "bench.app.second", "bench.app.third")
@@ -76,20 +77,12 @@ async def run_steps(
 
 
 def enqueue_args(count: int, name: str, input: str = STEP_INPUT) -> list[Any]:
-    """The parameters of the enqueue statement (``sql.ENQUEUE.sql``) for ``count`` rows.
-
-    Any array the statement takes besides these (an optional per-row setting such as
-    the parent) is all NULL, as it is for a plain ``start_workflows``.
-    """
-    given = {
-        "ids": [new_workflow_id() for _ in range(count)],
-        "names": [name] * count,
-        "inputs": [input] * count,
-        "max_attempts": [3] * count,
-        "delays": [0.0] * count,
-    }
-    nulls = [None] * count
-    return sql.positional(sql.ENQUEUE, **{key: given.get(key, nulls) for key in sql.ENQUEUE.names})
+    """The parameters of the enqueue statement (``sql.ENQUEUE.sql``) for ``count`` rows,
+    built by the store's own ``enqueue_params`` (every other setting at its default, as
+    for a plain ``start_workflows``)."""
+    rows = [NewWorkflow(new_workflow_id(), name, input, 3) for _ in range(count)]
+    [params] = sql.enqueue_params(rows)
+    return sql.positional(sql.ENQUEUE, **params)
 
 
 def claim_args(worker_id: str, limit: int, queue: Queue | None = None) -> list[Any]:

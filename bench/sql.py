@@ -10,11 +10,13 @@ floor issues the changed statement too. Each is a
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 
 from durable_core.queues import DEFAULT_QUEUE, Queue, Route
+from durable_core.records import NewWorkflow
 from durable_core.registry import Workflow
 from durable_postgres import store as _store
 from durable_postgres.connector import Compiled, compile_statement
@@ -47,7 +49,12 @@ def claim_params(limit: int, queue: Queue | None = None) -> dict[str, Any]:
 
     names = tuple(sorted(w.name for w in vars(app).values() if isinstance(w, Workflow)))
     route = Route(queue or Queue(DEFAULT_QUEUE), names, limit)
-    return _statements.claim_params([route])
+    return dict(_statements.claim_params([route]))
+
+
+def enqueue_params(rows: Sequence[NewWorkflow]) -> list[dict[str, Any]]:
+    """The store's parameter sets of :data:`ENQUEUE` for ``rows``."""
+    return [dict(params) for params in _statements.enqueue_params(rows)]
 
 
 def positional(statement: Compiled, **params: Any) -> list[Any]:

@@ -64,7 +64,7 @@ class NullClaimStore(NullStore):
         self.worker: WorkflowWorker | None = None
 
     async def claim(
-        self, *, worker_id: str, limit: int, lease_seconds: float
+        self, *, worker_id: str, limit: int, lease_seconds: float, routes: Any = None
     ) -> list[ClaimedWorkflow]:
         count = min(limit, self.left)
         self.left -= count
@@ -81,6 +81,12 @@ class NullClaimStore(NullStore):
             )
             for i in range(count)
         ]
+
+    async def due_schedules(self, now: Any, *, limit: int = 100) -> list[Any]:
+        return []
+
+    async def next_schedule_tick(self) -> None:
+        return None
 
     async def wait_for_work(self, timeout: float) -> None:
         if self.left == 0 and self.worker is not None:
