@@ -73,9 +73,15 @@ class Fleet:
     procs: list[Proc] = field(default_factory=list)
 
     def start_worker(
-        self, *, concurrency: int, poll_ms: int = 1000, url: str | None = None
+        self,
+        *,
+        concurrency: int,
+        poll_ms: int = 1000,
+        url: str | None = None,
+        uvloop: bool = False,
     ) -> Proc:
-        """A real ``python -m durable_core worker --app bench.app`` process."""
+        """A real ``python -m durable_core worker --app bench.app`` process (with
+        ``uvloop``: the same command on uvloop's event loop, :mod:`bench.uvloop_run`)."""
         env = {
             "WORKFLOW_CONCURRENCY": str(concurrency),
             "WORKFLOW_POLL_INTERVAL_MS": str(poll_ms),
@@ -83,7 +89,7 @@ class Fleet:
         command = [
             sys.executable,
             "-m",
-            "durable_core",
+            "bench.uvloop_run" if uvloop else "durable_core",
             "worker",
             "--app",
             "bench.app",
