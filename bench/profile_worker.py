@@ -5,8 +5,8 @@
 bench.app`` (through :mod:`bench.uvloop_run` with ``--uvloop``), attaches
 ``py-spy record --nonblocking`` once it listens, enqueues the backlog in one
 statement, waits until it has drained and prints: worker CPU per workflow (from
-``/proc``), the share of samples inside asyncpg, and the costs outside it, by
-function (self time) and by the framework's frame deepest in the stack. The raw
+``/proc``), where it goes by kind (socket sends, the rest of asyncpg, the event
+loop, the framework's parts) and the costs outside asyncpg by function (self time). The raw
 collapsed stacks are kept in ``bench/results/profile-*.txt``. Needs ``py-spy``
 (``pip install -e '.[bench]'``).
 """
@@ -60,19 +60,50 @@ class Profile:
         return sum(self.stacks.values())
 
     def split(self) -> tuple[int, Counter[str], Counter[str]]:
-        """Samples inside asyncpg; outside it, samples by leaf function and by the deepest
-        framework frame (``(no framework frame)`` when there is none)."""
-        inside = 0
+        """Samples waiting in epoll; the others by kind (:func:`_kind`) and, outside
+        asyncpg, by leaf function (self time)."""
+        waiting = 0
+        kinds: Counter[str] = Counter()
         leaf: Counter[str] = Counter()
-        owner: Counter[str] = Counter()
         for frames, count in self.stacks.items():
-            if any("asyncpg/" in frame for frame in frames):
-                inside += count
+            if _short(frames[-1]) == EPOLL:
+                waiting += count
                 continue
-            leaf[_short(frames[-1])] += count
-            mine = [frame for frame in frames if any(part in frame for part in FRAMEWORK)]
-            owner[_short(mine[-1]) if mine else "(no framework frame)"] += count
-        return inside, leaf, owner
+            kind = _kind(frames)
+            kinds[kind] += count
+            if not kind.startswith("asyncpg"):
+                leaf[_short(frames[-1])] += count
+        return waiting, kinds, leaf
+
+
+def _kind(frames: tuple[str, ...]) -> str:
+    """What a sample was doing, from its stack (outermost frame first)."""
+    if any("asyncpg/" in frame for frame in frames):
+        if "_SelectorSocketTransport.write" in frames[-1]:
+            return "asyncpg: socket send (the kernel's loopback TCP)"
+        return "asyncpg: pool, execute, protocol"
+    mine = [frame for frame in frames if any(part in frame for part in FRAMEWORK)]
+    deepest = mine[-1] if mine else ""
+    if any("durable_example_store" in f or "pluggy/" in f for f in frames) or (
+        "hooks.py" in deepest
+    ):
+        return "hooks: pluggy and observers (in dev: the test plugin's)"
+    if _short(deepest) == LOOP:
+        return "event loop: callbacks, socket reads, task wake-ups"
+    for part, kind in _FRAMEWORK_KINDS:
+        if part in deepest:
+            return kind
+    return "framework: worker, executor, anyio, the rest"
+
+
+_FRAMEWORK_KINDS = (
+    ("serialization.py", "framework: JSON encoding and decoding"),
+    ("/sql/", "framework: store wrappers (SQLStore, connector)"),
+    ("durable_postgres/", "framework: store wrappers (SQLStore, connector)"),
+    ("steps.py", "framework: steps and attempt bookkeeping"),
+    ("attempt.py", "framework: steps and attempt bookkeeping"),
+    ("context.py", "framework: steps and attempt bookkeeping"),
+)
 
 
 def _short(frame: str) -> str:
@@ -151,12 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     cpu_us, seconds = anyio.run(_run, args, out)
     profile = Profile.read(out, args.rate)
-    inside, leaf, owner = profile.split()
     # Samples waiting in epoll are mostly the loop idling (py-spy cannot tell them from the
-    # syscall's own work); the shares below are of the other samples, and each is turned
-    # into microseconds with the worker's CPU from /proc.
-    waiting = leaf.pop(EPOLL, 0)
-    owner[LOOP] -= waiting
+    # syscall's own work); the shares below are of the other samples, each turned into
+    # microseconds with the worker's CPU from /proc.
+    waiting, kinds, leaf = profile.split()
     busy = profile.total - waiting
 
     def us(samples: int) -> float:
@@ -165,14 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"worker ({loop}, concurrency {args.concurrency}): {args.count} workflows in "
         f"{seconds:.1f} s; CPU {cpu_us:.0f} us per workflow (/proc); {profile.total} samples, "
-        f"{waiting} of them in epoll (left out)"
+        f"{waiting} of them waiting in epoll (left out)"
     )
-    print(f"inside asyncpg: {inside / busy:.0%} (~{us(inside):.0f} us per workflow)")
-    print(f"outside asyncpg: ~{us(busy - inside):.0f} us per workflow; by function (self):")
-    for name, samples in leaf.most_common(args.top):
+    print("by kind:")
+    for name, samples in kinds.most_common():
         print(f"  {samples / busy:6.1%} {us(samples):6.1f} us  {name}")
-    print("outside asyncpg, by the deepest durable_core/durable_postgres frame:")
-    for name, samples in owner.most_common(args.top):
+    print("outside asyncpg, by function (self time):")
+    for name, samples in leaf.most_common(args.top):
         print(f"  {samples / busy:6.1%} {us(samples):6.1f} us  {name}")
     print(f"stacks: {out}")
     return 0

@@ -2,7 +2,8 @@
 
 The framework runs its commands with ``anyio.run`` on asyncio's default loop; this
 sets uvloop's event loop policy first, so the same worker runs on uvloop. Used by the
-bench to measure whether uvloop pays (``bench.profile_worker --uvloop``).
+bench to measure whether uvloop pays (``bench.profile_worker --uvloop``); needs
+``pip install uvloop``, which is in no extra: it did not pay (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
