@@ -35,8 +35,6 @@ from durable_postgres import PostgresStore
 
 FRAMEWORK = ("durable_core/", "durable_postgres/")
 EPOLL = "EpollSelector.select (selectors.py)"
-LOOP = "_main (durable_core/cli.py)"
-"""The deepest framework frame of the event loop's own work (``anyio.run`` under it)."""
 
 
 @dataclass
@@ -88,7 +86,8 @@ def _kind(frames: tuple[str, ...]) -> str:
         "hooks.py" in deepest
     ):
         return "hooks: pluggy and observers (in dev: the test plugin's)"
-    if _short(deepest) == LOOP:
+    if deepest.startswith("_main (") and "durable_core/cli" in deepest:
+        # The command's ``anyio.run``: the event loop's own work, under no coroutine.
         return "event loop: callbacks, socket reads, task wake-ups"
     for part, kind in _FRAMEWORK_KINDS:
         if part in deepest:
