@@ -89,7 +89,7 @@ def claim_args(worker_id: str, limit: int, queue: Queue | None = None) -> list[A
     """The parameters of the claim statement (``sql.CLAIM.sql``): the routes a worker running
     ``bench.app`` on ``queue`` (the default queue if none) sends."""
     return sql.positional(
-        sql.CLAIM,
+        sql.claim_for(queue),
         worker=worker_id,
         limit=limit,
         lease_seconds=LEASE_SECONDS,

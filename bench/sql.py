@@ -24,7 +24,10 @@ from durable_postgres.dialect import CHANNEL, PostgresStatements
 
 _statements = PostgresStatements()
 ENQUEUE: Compiled = compile_statement(_statements.enqueue)
-CLAIM: Compiled = compile_statement(_statements.claim)
+CLAIM: Compiled = compile_statement(_statements.plain_claim)
+"""The claim a worker sends when no queue it serves has limits."""
+QUOTA_CLAIM: Compiled = compile_statement(_statements.claim)
+"""The claim within queue limits (after the queue's lock)."""
 START_STEP: Compiled = compile_statement(_statements.start_step)
 COMPLETE_STEP: Compiled = compile_statement(_statements.complete_step)
 SETTLE_FINAL: Compiled = compile_statement(_statements.settle_final)
@@ -40,6 +43,11 @@ __all__ = ["CHANNEL", "CLAIM", "COMPLETE_STEP", "ENQUEUE", "SETTLE_FINAL", "STAR
 
 SERIALIZED: Compiled = compile_statement(_statements.serialized)
 """Taking the claim locks of queues with fleet limits, before such a claim."""
+
+
+def claim_for(queue: Queue | None) -> Compiled:
+    """The claim statement the store sends for a worker serving ``queue``."""
+    return QUOTA_CLAIM if queue is not None and queue.fleet_limited else CLAIM
 
 
 def claim_params(limit: int, queue: Queue | None = None) -> dict[str, Any]:

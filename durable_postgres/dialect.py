@@ -107,7 +107,8 @@ class PostgresStatements(Statements):
 
     def __init__(self, dialect: PostgresDialect | None = None) -> None:
         super().__init__(dialect or PostgresDialect())
-        self.claim = self._claim()
+        self.claim = self._claim(quotas=True)
+        self.plain_claim = self._claim(quotas=False)
         self.serialized = self.serialize_claims()
         self.next_due = self._next_due()
 
@@ -174,106 +175,10 @@ class PostgresStatements(Statements):
             wf.c.id == sa.func.any(ids)
         )
 
-    def claim_params(self, routes: Sequence[Route]) -> Params:
-        """The lanes and quotas of :attr:`claim` for ``routes``."""
-        lanes = [(route.queue.name, name) for route in routes for name in route.names]
-        queues = [route.queue for route in routes]
-        return {
-            "lane_queues": [queue for queue, _ in lanes],
-            "lane_names": [name for _, name in lanes],
-            "queues": [queue.name for queue in queues],
-            "takes": [route.take for route in routes],
-            "fleet": [queue.concurrency for queue in queues],
-            "rates": [None if q.rate_limit is None else q.rate_limit.limit for q in queues],
-            "periods": [None if q.rate_limit is None else q.rate_limit.period for q in queues],
-            "key_limits": [queue.key_concurrency for queue in queues],
-        }
-
-    def serialize_claims(self) -> sa.Executable:
-        """Wait for, and hold to the end of the transaction, each queue's claim lock (in
-        name order, so two claimers never wait on each other crosswise)."""
-        keys = (
-            sa.func.unnest(param("locked_queues", postgresql.ARRAY(sa.Text())))
-            .table_valued("queue")
-            .render_derived(name="locked")
-        )
-        lock = sa.func.pg_advisory_xact_lock(
-            sa.func.hashtextextended(sa.func.concat(const("durable-queue:"), keys.c.queue), 0)
-        )
-        return sa.select(sa.func.count(lock)).select_from(keys)
-
-    def _next_due(self) -> sa.Executable:
-        """Seconds until the next pending or waiting workflow falls due (NULL: none
-        scheduled): one index probe per status."""
-
-        def first(status: str) -> sa.ScalarSelect[Any]:
-            return (
-                sa.select(sa.func.min(wf.c.run_at))
-                .where(wf.c.status == const(status), wf.c.run_at > sa.func.now())
-                .scalar_subquery()
-            )
-
-        soonest = sa.func.least(first("pending"), first("waiting"))
-        return sa.select(sa.func.extract("epoch", soonest - sa.func.now()).label("seconds"))
-
-    def _claim(self) -> sa.Executable:
-        # Routed: a worker claims only the (queue, name) lanes it serves. Each lane is an
-        # ordered, limited, locked scan of ix_workflows_route (no OR, no sort of the
-        # backlog), so the cost grows neither with the backlog nor with rows nobody
-        # serves nor with the number of waiting workflows. Expired leases come first, then
-        # due pending rows and waiting rows whose deadline passed, by priority and run_at.
-        limit = param("limit", sa.Integer())
+    def _within_quotas(self, candidates: Any, order: tuple[Any, ...], limit: Any) -> Any:
+        """The claim's rows among ``candidates``, in ``order``, within each served queue's
+        share: the worker's own room, its fleet concurrency and rate, its key limit."""
         now = sa.func.now()
-        lanes = (
-            sa.func.unnest(
-                param("lane_queues", postgresql.ARRAY(sa.Text())),
-                param("lane_names", postgresql.ARRAY(sa.Text())),
-            )
-            .table_valued("queue", "name")
-            .render_derived(name="lane")
-        )
-        columns = (wf.c.id, wf.c.queue, wf.c.priority, wf.c.run_at, wf.c.concurrency_key)
-
-        def lane_scan(status: sa.ColumnElement[str], name: str) -> sa.Select[Any]:
-            rows = (
-                sa.select(*columns)
-                .where(
-                    wf.c.status == status,
-                    wf.c.queue == lanes.c.queue,
-                    wf.c.name == lanes.c.name,
-                    wf.c.run_at <= now,
-                )
-                .order_by(wf.c.priority.desc(), wf.c.run_at)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-                .lateral(name)
-            )
-            return sa.select(
-                *rows.c,
-                sa.false().label("stale"),
-                sa.cast(sa.null(), sa.String()).label("crashed_worker"),
-                sa.cast(sa.null(), UTCDateTime()).label("crashed_at"),
-            ).select_from(lanes.join(rows, sa.true()))
-
-        served = sa.select(lanes.c.queue, lanes.c.name)
-        stale = (
-            sa.select(
-                *columns,
-                sa.true().label("stale"),
-                wf.c.locked_by.label("crashed_worker"),
-                wf.c.locked_until.label("crashed_at"),
-            )
-            .where(expired(self.dialect), sa.tuple_(wf.c.queue, wf.c.name).in_(served))
-            .order_by(wf.c.locked_until)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .subquery("expired")
-        )
-        candidates = sa.union_all(
-            sa.select(stale), lane_scan(PENDING, "due"), lane_scan(WAITING, "woken")
-        ).cte("candidates")
-        order = (candidates.c.stale.desc(), candidates.c.priority.desc(), candidates.c.run_at)
-
         # What each served queue may still hand out: the worker's own room, less what the
         # fleet runs against the queue's concurrency, less what started in the rate window.
         quotas = (
@@ -350,6 +255,118 @@ class PostgresStatements(Statements):
             .cte("picked")
             .prefix_with("MATERIALIZED")
         )
+        return picked
+
+    def claim_params(self, routes: Sequence[Route]) -> Params:
+        """The lanes and quotas of :attr:`claim` for ``routes``."""
+        lanes = [(route.queue.name, name) for route in routes for name in route.names]
+        queues = [route.queue for route in routes]
+        return {
+            "lane_queues": [queue for queue, _ in lanes],
+            "lane_names": [name for _, name in lanes],
+            "queues": [queue.name for queue in queues],
+            "takes": [route.take for route in routes],
+            "fleet": [queue.concurrency for queue in queues],
+            "rates": [None if q.rate_limit is None else q.rate_limit.limit for q in queues],
+            "periods": [None if q.rate_limit is None else q.rate_limit.period for q in queues],
+            "key_limits": [queue.key_concurrency for queue in queues],
+        }
+
+    def serialize_claims(self) -> sa.Executable:
+        """Wait for, and hold to the end of the transaction, each queue's claim lock (in
+        name order, so two claimers never wait on each other crosswise)."""
+        keys = (
+            sa.func.unnest(param("locked_queues", postgresql.ARRAY(sa.Text())))
+            .table_valued("queue")
+            .render_derived(name="locked")
+        )
+        lock = sa.func.pg_advisory_xact_lock(
+            sa.func.hashtextextended(sa.func.concat(const("durable-queue:"), keys.c.queue), 0)
+        )
+        return sa.select(sa.func.count(lock)).select_from(keys)
+
+    def _next_due(self) -> sa.Executable:
+        """Seconds until the next pending or waiting workflow falls due (NULL: none
+        scheduled): one index probe per status."""
+
+        def first(status: str) -> sa.ScalarSelect[Any]:
+            return (
+                sa.select(sa.func.min(wf.c.run_at))
+                .where(wf.c.status == const(status), wf.c.run_at > sa.func.now())
+                .scalar_subquery()
+            )
+
+        soonest = sa.func.least(first("pending"), first("waiting"))
+        return sa.select(sa.func.extract("epoch", soonest - sa.func.now()).label("seconds"))
+
+    def _claim(self, *, quotas: bool) -> sa.Executable:
+        # Routed: a worker claims only the (queue, name) lanes it serves. Each lane is an
+        # ordered, limited, locked scan of ix_workflows_route (no OR, no sort of the
+        # backlog), so the cost grows neither with the backlog nor with rows nobody
+        # serves nor with the number of waiting workflows. Expired leases come first, then
+        # due pending rows and waiting rows whose deadline passed, by priority and run_at.
+        limit = param("limit", sa.Integer())
+        now = sa.func.now()
+        lanes = (
+            sa.func.unnest(
+                param("lane_queues", postgresql.ARRAY(sa.Text())),
+                param("lane_names", postgresql.ARRAY(sa.Text())),
+            )
+            .table_valued("queue", "name")
+            .render_derived(name="lane")
+        )
+        columns = (wf.c.id, wf.c.queue, wf.c.priority, wf.c.run_at, wf.c.concurrency_key)
+
+        def lane_scan(status: sa.ColumnElement[str], name: str) -> sa.Select[Any]:
+            rows = (
+                sa.select(*columns)
+                .where(
+                    wf.c.status == status,
+                    wf.c.queue == lanes.c.queue,
+                    wf.c.name == lanes.c.name,
+                    wf.c.run_at <= now,
+                )
+                .order_by(wf.c.priority.desc(), wf.c.run_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+                .lateral(name)
+            )
+            return sa.select(
+                *rows.c,
+                sa.false().label("stale"),
+                sa.cast(sa.null(), sa.String()).label("crashed_worker"),
+                sa.cast(sa.null(), UTCDateTime()).label("crashed_at"),
+            ).select_from(lanes.join(rows, sa.true()))
+
+        served = sa.select(lanes.c.queue, lanes.c.name)
+        stale = (
+            sa.select(
+                *columns,
+                sa.true().label("stale"),
+                wf.c.locked_by.label("crashed_worker"),
+                wf.c.locked_until.label("crashed_at"),
+            )
+            .where(expired(self.dialect), sa.tuple_(wf.c.queue, wf.c.name).in_(served))
+            .order_by(wf.c.locked_until)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .subquery("expired")
+        )
+        candidates = sa.union_all(
+            sa.select(stale), lane_scan(PENDING, "due"), lane_scan(WAITING, "woken")
+        ).cte("candidates")
+        order = (candidates.c.stale.desc(), candidates.c.priority.desc(), candidates.c.run_at)
+        if not quotas:
+            # No queue limit and no per-queue share below the limit: the first rows in order.
+            picked = (
+                sa.select(candidates.c.id, candidates.c.crashed_worker, candidates.c.crashed_at)
+                .order_by(*order)
+                .limit(limit)
+                .cte("picked")
+                .prefix_with("MATERIALIZED")
+            )
+        else:
+            picked = self._within_quotas(candidates, order, limit)
         token = sa.cast(sa.func.gen_random_uuid(), sa.String)
         claimed = (
             wf.update()

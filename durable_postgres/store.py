@@ -207,7 +207,9 @@ class PostgresStore(SQLStore):
                 await session.fetch(self.statements.serialized, {"locked_queues": locked})
                 rows = await session.fetch(self.statements.claim, params)
         else:
-            rows = await self._fetch("claim", self.statements.claim, params)
+            shared = any(route.take < limit for route in routes)
+            claim = self.statements.claim if shared else self.statements.plain_claim
+            rows = await self._fetch("claim", claim, params)
         if listener is not None and listening:
             listener.caught_up()
         return [claimed_from_row(row, worker_id, steps=True, crashed=True) for row in rows]

@@ -77,7 +77,7 @@ async def timed_claims(
     """Milliseconds per claim (with ``queue``'s limits: its lock statement and the claim),
     each run in a transaction rolled back and checked to return ``expected`` rows; and
     the prepared statement (the server forgets it once the object is gone)."""
-    claim = await conn.prepare(sql.CLAIM.sql)
+    claim = await conn.prepare(sql.claim_for(queue).sql)
     lock = await conn.prepare(sql.SERIALIZED.sql)
     lock_args = sql.positional(sql.SERIALIZED, locked_queues=[DEFAULT_QUEUE])
     times = []
