@@ -22,7 +22,7 @@ lint: install
 	$(PY) -m mypy
 
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 bench: install
 	$(PY) -m bench

@@ -15,10 +15,7 @@ import anyio
 import pytest
 
 from durable_core.pytest_plugin import POSTGRES_URL_ENV
-
-TEST_POSTGRES_URL = os.environ.get(
-    "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/durable_test"
-)
+from tests.conftest import POSTGRES_URL as TEST_POSTGRES_URL
 
 
 @pytest.fixture(scope="session")

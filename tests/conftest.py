@@ -15,12 +15,24 @@ from durable_core.store import Store
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
 
-POSTGRES_URL = os.environ.get(
-    "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/durable_test"
+
+def _per_process(url: str) -> str:
+    """``url`` with its database named after this pytest-xdist worker (``durable_test_gw1``),
+    so test processes running side by side never share a database."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    return re.sub(r"/([^/?]+)(\?|$)", lambda m: f"/{m.group(1)}_{worker}{m.group(2)}", url, count=1)
+
+
+POSTGRES_URL = _per_process(
+    os.environ.get("DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/durable_test")
 )
 pytest_plugins = ["tests.side_effects"]
 
-MYSQL_URL = os.environ.get("DURABLE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/durable_test")
+MYSQL_URL = _per_process(
+    os.environ.get("DURABLE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/durable_test")
+)
 
 
 @pytest.fixture(scope="session")
