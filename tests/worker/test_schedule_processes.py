@@ -75,3 +75,34 @@ async def test_three_workers_start_one_workflow_per_tick_until_paused(
     assert sorted(fired) == sorted(ids), "each tick fired once across the three workers"
     schedule = await client.get_schedule(NAME)
     assert schedule.paused and schedule.last_tick == ticks[-1]
+
+
+async def test_a_schedule_keeps_one_workflow_per_tick_across_a_sigkilled_worker(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    """A worker SIGKILLed while ticks are firing loses none and doubles none: firing a tick
+    is one transaction (the next tick and the workflow), so the survivor fires every tick."""
+    procs = [workers.start(DURABLE_APP="tests.worker.scheduled_app") for _ in range(2)]
+
+    async def all_started() -> bool:
+        return all("started: concurrency" in workers.log(proc) for proc in procs)
+
+    await eventually(all_started, timeout=30, what="two workers started")
+    client = DurableClient(pg)
+    every_second = Schedule("* * * * * *", args=("tick",))
+    await client.add_schedule("crash-tick", scheduled_app.ticked, every_second)
+    await anyio.sleep(2.5)
+    procs[0].kill()
+    procs[0].wait(timeout=10)
+    await anyio.sleep(3.0)
+    await client.pause_schedule("crash-tick")
+    rows = await sql.fetch("SELECT id, headers FROM workflows WHERE name = 'scheduled.ticked'")
+    ticks = sorted(
+        datetime.fromisoformat(json.loads(r["headers"])["durable-schedule-tick"]) for r in rows
+    )
+    assert len(ticks) >= 4, f"{len(ticks)} workflows in 5.5 s of a schedule every second"
+    assert ticks == [ticks[0] + timedelta(seconds=n) for n in range(len(ticks))], (
+        "one workflow per tick, none lost or doubled around the kill"
+    )
+    for r in rows:
+        assert await client.handle(r["id"]).wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
