@@ -31,7 +31,7 @@ from .failures import dump_error, error_record
 from .hooks import observers
 from .records import ClaimedWorkflow, StepRecord, StepStatus, Wait, WorkflowStatus
 from .retry import RetryPolicy
-from .store import Store
+from .store import StepWriter, Store
 
 
 class Keeper(Protocol):
@@ -58,8 +58,11 @@ class Attempt:
         config: WorkflowConfig,
         claimed: ClaimedWorkflow,
         clock: Callable[[], datetime] = utcnow,
+        writes: StepWriter | None = None,
     ) -> None:
         self.store = store
+        self.writes = store if writes is None else writes
+        """What the step rows and the settlement go through (the store, or a group commit)."""
         self.config = config
         self.claimed = claimed
         self.clock = clock
@@ -126,14 +129,14 @@ class Attempt:
 
     async def step_started(self, index: int, name: str, input_json: str, tries: int = 1) -> None:
         """Record that a step's body is about to run with this input, for try ``tries``."""
-        await self.persist(lambda: self.store.start_step(self.lease, index, name, input_json))
+        await self.persist(lambda: self.writes.start_step(self.lease, index, name, input_json))
         observers().durable_step_started(step_attempt=tries, **self._step_fields(index, name))
 
     async def step_failed(self, index: int, name: str, exc: Exception) -> None:
         """Record that a step's body raised ``exc``."""
         self.failed_step = (index, name)
         error = dump_error(error_record(exc, step_index=index, step_name=name))
-        await self.persist(lambda: self.store.fail_step(self.lease, index, error))
+        await self.persist(lambda: self.writes.fail_step(self.lease, index, error))
         observers().durable_step_failed(error=exc, **self._step_fields(index, name))
 
     def give_up(self, exc: BaseException) -> None:
@@ -144,7 +147,7 @@ class Attempt:
     async def step_succeeded(self, index: int, name: str, input_json: str, output: str) -> None:
         """Record a step's output; a later replay in this attempt returns it from the cache."""
         self.failed_step = None  # a step retried to success is no longer the one that failed
-        await self.persist(lambda: self.store.complete_step(self.lease, index, output))
+        await self.persist(lambda: self.writes.complete_step(self.lease, index, output))
         self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
         observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
 
@@ -153,7 +156,7 @@ class Attempt:
     async def record(self, index: int, name: str, input_json: str, output: str) -> None:
         """Record a durable primitive's result (a send, a start, a wait that is over)."""
         await self.persist(
-            lambda: self.store.record_step(self.lease, index, name, input_json, output)
+            lambda: self.writes.record_step(self.lease, index, name, input_json, output)
         )
         self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
         observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
@@ -253,7 +256,7 @@ class Attempt:
     async def succeed(self, output: str) -> WorkflowStatus:
         """Settle as succeeded with this output JSON."""
         await self.persist(
-            lambda: self.store.settle(
+            lambda: self.writes.settle(
                 self.lease,
                 WorkflowStatus.SUCCEEDED,
                 output=output,
@@ -292,7 +295,7 @@ class Attempt:
                 left = (claimed.deadline - self.clock()).total_seconds()
                 delay = max(0.0, min(delay, left))
             await self.persist(
-                lambda: self.store.settle(
+                lambda: self.writes.settle(
                     self.lease, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay
                 )
             )
@@ -309,7 +312,7 @@ class Attempt:
             observers().durable_retry_scheduled(error=record, delay_seconds=delay, **self.fields)
             return WorkflowStatus.PENDING
         await self.persist(
-            lambda: self.store.settle(
+            lambda: self.writes.settle(
                 self.lease, WorkflowStatus.FAILED, error=error, parent_id=self.claimed.parent_id
             )
         )

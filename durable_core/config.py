@@ -1,4 +1,4 @@
-"""Worker configuration: the five ``WORKFLOW_*`` environment variables."""
+"""Worker configuration: the ``WORKFLOW_*`` environment variables."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ SETTINGS = (
     _Setting("lock_timeout_secs", "WORKFLOW_LOCK_TIMEOUT_SECS", 30, 1),
     _Setting("max_attempts", "WORKFLOW_MAX_ATTEMPTS", 3, 1),
     _Setting("retry_backoff_secs", "WORKFLOW_RETRY_BACKOFF_SECS", 5, 0),
+    _Setting("group_commit", "WORKFLOW_GROUP_COMMIT", 1, 0),
+    _Setting("step_row_after_ms", "WORKFLOW_STEP_ROW_AFTER_MS", 100, 0),
 )
 
 
@@ -42,6 +44,12 @@ class WorkflowConfig:
     lock_timeout_secs: float = 30
     max_attempts: int = 3
     retry_backoff_secs: float = 5
+    group_commit: int = 1
+    """Nonzero: a worker on a store that can (PostgreSQL) commits the step rows and
+    settlements of its workflows together, one statement per flush."""
+    step_row_after_ms: float = 100
+    """With group commit, a step's ``running`` row is written only once the step has run
+    this long; a faster step writes one row, with its output (0: always at once)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowConfig:

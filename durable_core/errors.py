@@ -153,6 +153,14 @@ class StatsNotSupportedError(FrameworkError):
 class LeaseLostError(FrameworkError):
     """The worker no longer holds the lease on a workflow; another worker owns it now."""
 
+    @classmethod
+    def refused(cls, worker_id: str, workflow_id: str, what: str) -> LeaseLostError:
+        """A fenced write (``what``) refused because the worker's lease is not current."""
+        return cls(
+            f"worker {worker_id} no longer holds workflow {workflow_id}: {what} refused "
+            "(the lease expired and was reclaimed, or the workflow was cancelled)"
+        )
+
 
 class StoreError(FrameworkError):
     """A store operation failed; the driver's exception is chained as ``__cause__``."""

@@ -21,6 +21,7 @@ from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .errors import FrameworkError, LeaseLostError
+from .group_commit import GroupCommit
 from .journal import Suspended
 from .leases import LeaseKeeper
 from .records import ClaimedWorkflow, WorkflowStatus
@@ -39,8 +40,11 @@ class Executor:
         *,
         registry: Registry | None = None,
         clock: Callable[[], datetime] = utcnow,
+        group: GroupCommit | None = None,
     ) -> None:
         self.store = store
+        self.group = group
+        """Commits the step rows and settlements of concurrent attempts together, if set."""
         self.config = config or WorkflowConfig()
         self.registry = registry or default_registry
         self.clock = clock
@@ -72,7 +76,7 @@ class Executor:
         An attempt that cannot be settled (the database stayed away for the whole
         lease) is logged and its error raised; its lease expires and it is reclaimed.
         """
-        attempt = Attempt(self.store, self.config, claimed, self.clock)
+        attempt = Attempt(self.store, self.config, claimed, self.clock, self.group)
         attempt.claimed_event(claimed.name)
         self._running[claimed.id] = attempt
         try:
@@ -92,6 +96,8 @@ class Executor:
         finally:
             if self._running.get(claimed.id) is attempt:
                 del self._running[claimed.id]
+            if self.group is not None:
+                self.group.forget(claimed.id)
 
     async def _cancelled(self, workflow_id: str) -> bool:
         """Whether the lease was lost because the workflow was cancelled."""

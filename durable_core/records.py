@@ -255,3 +255,36 @@ class ClaimedWorkflow:
     """What the starter passed along (:attr:`NewWorkflow.headers`)."""
     due_at: datetime | None = None
     """When the workflow became runnable (its ``run_at`` before the claim), for the queue wait."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """A step row to put, fenced by ``lease``: one write of a group commit
+    (:class:`~durable_core.store.BatchWriter`)."""
+
+    lease: Lease
+    index: int
+    name: str
+    status: StepStatus
+    """``running`` (a try began), ``succeeded`` or ``failed`` (it ended)."""
+    input: str
+    output: str | None = None
+    error: str | None = None
+    new_try: bool = True
+    """The row counts one more try of the step and starts again (``started_at``); False
+    ends a row written earlier, or records a durable primitive's result."""
+    ran_seconds: float = 0.0
+    """How long the try has run: a new try's row starts that long before the write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """An attempt's end, fenced by ``lease``: one write of a group commit. ``status`` is
+    ``succeeded`` (with ``output``), ``failed`` (with ``error``) or ``pending`` (a retry,
+    due ``retry_delay_seconds`` from now, with ``error``)."""
+
+    lease: Lease
+    status: WorkflowStatus
+    output: str | None = None
+    error: str | None = None
+    retry_delay_seconds: float = 0.0

@@ -26,7 +26,9 @@ from .records import (
     EndedAttempts,
     Lease,
     NewWorkflow,
+    Settlement,
     StepRecord,
+    StepWrite,
     Wait,
     WorkflowRecord,
     WorkflowStatus,
@@ -35,7 +37,51 @@ from .schedules import ScheduleRecord
 
 
 @runtime_checkable
-class Store(Protocol):
+class StepWriter(Protocol):
+    """What an attempt writes its steps and its settlement through: the store itself, or a
+    :class:`~durable_core.group_commit.GroupCommit` over it. Every write is fenced by
+    ``lease`` and raises :class:`~durable_core.errors.LeaseLostError` when refused."""
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        """Record that a step is running with this input (insert, or reset a failed/running row)."""
+        ...
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        """Record a step's output and mark it succeeded."""
+        ...
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        """Record a step's error and mark it failed."""
+        ...
+
+    async def record_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+    ) -> None:
+        """Record a succeeded step in one write (a durable primitive's result)."""
+        ...
+
+    async def settle(
+        self,
+        lease: Lease,
+        status: WorkflowStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_delay_seconds: float = 0.0,
+        parent_id: str | None = None,
+    ) -> None:
+        """End the current attempt and release the lease.
+
+        ``status`` is ``succeeded`` (with ``output``), ``failed`` (with ``error``)
+        or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with ``error``).
+        A final status wakes the parent ``parent_id`` if it waits on this workflow.
+        The attempt's history row is written in the same transaction.
+        """
+        ...
+
+
+@runtime_checkable
+class Store(StepWriter, Protocol):
     """Persistence for workflows and steps."""
 
     @property
@@ -164,45 +210,8 @@ class Store(Protocol):
         """
         ...
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
-        """Record that a step is running with this input (insert, or reset a failed/running row)."""
-        ...
-
-    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
-        """Record a step's output and mark it succeeded."""
-        ...
-
-    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        """Record a step's error and mark it failed."""
-        ...
-
     async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
         """Extend the lease to ``lease_seconds`` from now."""
-        ...
-
-    async def settle(
-        self,
-        lease: Lease,
-        status: WorkflowStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        retry_delay_seconds: float = 0.0,
-        parent_id: str | None = None,
-    ) -> None:
-        """End the current attempt and release the lease.
-
-        ``status`` is ``succeeded`` (with ``output``), ``failed`` (with ``error``)
-        or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with ``error``).
-        A final status wakes the parent ``parent_id`` if it waits on this workflow.
-        The attempt's history row is written in the same transaction.
-        """
-        ...
-
-    async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
-    ) -> None:
-        """Record a succeeded step in one write (a durable primitive's result)."""
         ...
 
     async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
@@ -299,6 +308,22 @@ class Claimer(Protocol):
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return when new work may be available, or after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class BatchWriter(Protocol):
+    """A store that commits the writes of many attempts together (group commit)."""
+
+    async def write_batch(
+        self, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
+    ) -> tuple[list[bool], list[bool]]:
+        """Write every step row and settlement in one transaction, each fenced by its own
+        lease; whether each landed (``False``: its lease was lost, and it wrote nothing),
+        in the order given. A settlement here wakes no parent (settle those alone).
+
+        At most one write per step row and one settlement per workflow in a batch.
+        """
         ...
 
 

@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from .config import WorkflowConfig
 from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
 from .executor import Executor
+from .group_commit import group_commit
 from .hooks import observers
 from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
@@ -59,7 +60,13 @@ class WorkflowWorker:
         self._running: Counter[str] = Counter()
         self.store = store
         self.worker_id = worker_id or default_worker_id()
-        self.executor = Executor(store, self.config, registry=self.registry)
+        self.group = (
+            group_commit(store, step_row_after=self.config.step_row_after_ms / 1000)
+            if self.config.group_commit
+            else None
+        )
+        """Commits its workflows' step rows and settlements together, on a store that can."""
+        self.executor = Executor(store, self.config, registry=self.registry, group=self.group)
         self._in_flight = 0
         self._stopping = False
         self._wake = anyio.Event()
@@ -151,6 +158,8 @@ class WorkflowWorker:
             # One task renews every in-flight lease (cancelled with ``outer`` once the
             # workflows have settled), instead of a heartbeat task per workflow.
             outer.start_soon(self.executor.keep_leases)
+            if self.group is not None:
+                outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
             async with anyio.create_task_group() as running:
                 await self._claim_loop(claimer, running)

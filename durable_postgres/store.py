@@ -19,10 +19,11 @@ import sqlalchemy as sa
 
 from durable_core.errors import InvalidDatabaseURLError, StoreError
 from durable_core.queues import Route
-from durable_core.records import ClaimedWorkflow
+from durable_core.records import ClaimedWorkflow, Settlement, StepWrite
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
 
+from . import flush
 from .connector import AsyncpgConnector
 from .dialect import CANCEL_CHANNEL, CHANNEL, PostgresDialect, PostgresStatements
 from .listener import Listener
@@ -156,6 +157,7 @@ class PostgresStore(SQLStore):
             else None
         )
         self._wakeup: anyio.Event | None = None
+        self._flush = flush.flush_statement()
 
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
         return await self.connector.connect(timeout)
@@ -173,6 +175,17 @@ class PostgresStore(SQLStore):
         if self._wakeup is not None:
             self._wakeup.set()
         await super().close()
+
+    # -- group commit ---------------------------------------------------------
+
+    async def write_batch(
+        self, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
+    ) -> tuple[list[bool], list[bool]]:
+        """Write these step rows and settlements in one statement, each fenced by its own
+        lease; whether each landed, in order (see :class:`~durable_core.store.BatchWriter`)."""
+        params = flush.flush_params(steps, settlements)
+        [row] = await self._fetch("write_batch", self._flush, params)
+        return flush.landed(row, steps, settlements)
 
     # -- claiming -------------------------------------------------------------
 

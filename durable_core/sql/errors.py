@@ -79,7 +79,4 @@ def schema_missing(store: str) -> SchemaMissingError:
 
 def lease_lost(lease: Lease, what: str) -> LeaseLostError:
     """A fenced write refused because ``lease`` is no longer the workflow's current lease."""
-    return LeaseLostError(
-        f"worker {lease.worker_id} no longer holds workflow {lease.workflow_id}: "
-        f"{what} refused (the lease expired and was reclaimed, or the workflow was cancelled)"
-    )
+    return LeaseLostError.refused(lease.worker_id, lease.workflow_id, what)

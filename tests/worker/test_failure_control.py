@@ -56,6 +56,17 @@ async def run_times(sql: asyncpg.Connection, workflow_id: str, step: str) -> lis
     return [float(row["at"]) for row in rows]
 
 
+async def step_row_running(sql: asyncpg.Connection, workflow_id: str, step_name: str) -> bool:
+    """Whether the step's ``running`` row is written (a worker writes it once the step has
+    run ``WORKFLOW_STEP_ROW_AFTER_MS``; a step cancelled sooner leaves no row)."""
+    status = await sql.fetchval(
+        "SELECT status FROM workflow_steps WHERE workflow_id = $1 AND step_name = $2",
+        workflow_id,
+        step_name,
+    )
+    return bool(status == "running")
+
+
 async def step_rows(sql: asyncpg.Connection, workflow_id: str) -> list[asyncpg.Record]:
     return await sql.fetch(
         "SELECT step_index, step_name, status, attempts, error FROM workflow_steps "
@@ -176,7 +187,9 @@ async def test_cancel_stops_a_running_step_at_once(
     handle = await client.start_workflow(app.cancellable, 60.0)
 
     async def in_long_step() -> bool:
-        return len(await run_times(sql, handle.id, "long")) == 1
+        return len(await run_times(sql, handle.id, "long")) == 1 and await step_row_running(
+            sql, handle.id, app.long_step.name
+        )
 
     await eventually(in_long_step, timeout=15, what="the workflow to enter its 60 s step")
     cancelled_at = float(await sql.fetchval("SELECT extract(epoch FROM clock_timestamp())"))
@@ -235,7 +248,8 @@ async def test_cancelling_a_parent_stops_its_running_child_and_ends_waiting_and_
     later = await client.start_workflow_later(60.0, app.instant)
 
     async def child_in_long_step() -> bool:
-        return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'long'"))
+        child = await sql.fetchval("SELECT workflow_id FROM step_runs WHERE step = 'long'")
+        return child is not None and await step_row_running(sql, child, app.long_step.name)
 
     await eventually(child_in_long_step, timeout=15, what="the child to enter its 60 s step")
     await eventually(
@@ -337,7 +351,9 @@ async def test_a_crashed_attempt_stays_in_the_history(
     handle = await DurableClient(pg).start_workflow(app.cancellable, 2.0)
 
     async def in_long_step() -> bool:
-        return len(await run_times(sql, handle.id, "long")) == 1
+        return len(await run_times(sql, handle.id, "long")) == 1 and await step_row_running(
+            sql, handle.id, app.long_step.name
+        )
 
     await eventually(in_long_step, timeout=15, what="the workflow to enter its long step")
     crashed_worker = await sql.fetchval("SELECT locked_by FROM workflows WHERE id = $1", handle.id)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 import asyncpg
 
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus, workflow, workflow_step
-from durable_core.records import Lease
+from durable_core.records import Lease, Settlement, StepWrite
 from durable_core.worker import WorkflowWorker
 from durable_postgres import PostgresStore
 
@@ -31,6 +32,15 @@ class CountingStore(PostgresStore):
     async def settle(self, lease: Lease, status: WorkflowStatus, **kwargs: Any) -> None:
         await super().settle(lease, status, **kwargs)
         self.settled_at = time.monotonic()
+
+    async def write_batch(
+        self, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
+    ) -> tuple[list[bool], list[bool]]:
+        # A worker's group commit settles here, with other writes.
+        landed = await super().write_batch(steps, settlements)
+        if any(landed[1]):
+            self.settled_at = time.monotonic()
+        return landed
 
 
 @workflow_step

@@ -1,0 +1,291 @@
+"""``GroupCommit``: the writes of a worker's in-flight attempts, committed together.
+
+A durable step only has to be committed before the workflow goes on, not in a
+transaction of its own. Every step row and settlement the worker's attempts write
+is handed to one flusher, and the caller waits until its write has committed; the
+flusher sends everything handed to it since its last flush as one statement
+(:meth:`~durable_core.store.BatchWriter.write_batch`), each row fenced by its own
+lease, while the next flush gathers. A lone write goes out at once: no timer delays
+it.
+
+A step's ``running`` row is written only when the step runs longer than
+``step_row_after`` seconds; a faster step writes one row, with its output, when it
+ends. A crash inside a step that left no row runs the step again, exactly as one
+that left a ``running`` row does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+
+from .errors import LeaseLostError
+from .records import Lease, Settlement, StepStatus, StepWrite, WorkflowStatus
+from .store import BatchWriter, Store
+
+logger = logging.getLogger("durable_core.worker")
+
+_UNWRITTEN, _WRITING, _WRITTEN = 0, 1, 2
+
+
+class GroupStore(Store, BatchWriter, Protocol):
+    """A store that commits writes in groups (PostgreSQL's)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    """The writes gathered for one flush, and what became of them."""
+
+    steps: list[StepWrite] = field(default_factory=list)
+    settlements: list[Settlement] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    landed_steps: list[bool] = field(default_factory=list)
+    landed_settlements: list[bool] = field(default_factory=list)
+    error: BaseException | None = None
+
+    async def landed(self, position: int, *, settlement: bool = False) -> bool:
+        """Wait for the flush; whether the step write (or ``settlement``) at ``position``
+        landed."""
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return (self.landed_settlements if settlement else self.landed_steps)[position]
+
+
+@dataclass(eq=False, slots=True)
+class _Start:
+    """A step try that began, and where its ``running`` row stands."""
+
+    lease: Lease
+    index: int
+    name: str
+    input: str
+    began: float
+    state: int = _UNWRITTEN
+    written: anyio.Event | None = None
+    """Set once a flush carrying its ``running`` row has ended."""
+
+
+class GroupCommit:
+    """What a worker's attempts write through: step rows and settlements go out in groups
+    (their lease renewals and anything else go to the store directly)."""
+
+    def __init__(self, store: GroupStore, *, step_row_after: float = 0.1) -> None:
+        self.store = store
+        self.step_row_after = step_row_after
+        self.flushes = 0
+        """How many flushes went out."""
+        self.writes = 0
+        """How many writes they carried."""
+        self._batch = _Batch()
+        self._ready = anyio.Event()
+        self._starts: dict[str, dict[int, _Start]] = {}
+        """The step tries begun and not ended, by workflow and step index."""
+        self._unwritten: dict[tuple[str, int], _Start] = {}
+        """The steps whose ``running`` row is not written, oldest first."""
+        self._stepping: set[str] = set()
+        """The workflows with step writes in the gathering batch."""
+
+    # -- the writes of an attempt (the store's signatures) -------------------------------------
+
+    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+        """A try of the step began: its ``running`` row is written if it runs long."""
+        key = (lease.workflow_id, step_index)
+        start = _Start(lease, step_index, step_name, input, anyio.current_time())
+        self._starts.setdefault(lease.workflow_id, {})[step_index] = start
+        if self.step_row_after <= 0:
+            start.state, start.written = _WRITING, anyio.Event()
+            try:
+                landed = await self._write_step(self._running_row(start, 0.0))
+            finally:
+                start.written.set()
+            self._started(key, start, landed)
+            if not landed:
+                raise _lost(lease, f"recording step {step_index} ({step_name})")
+            return
+        self._unwritten[key] = start
+
+    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
+        """The step's try succeeded with ``output``."""
+        await self._end_step(lease, step_index, StepStatus.SUCCEEDED, output=output)
+
+    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
+        """The step's try failed with ``error``."""
+        await self._end_step(lease, step_index, StepStatus.FAILED, error=error)
+
+    async def record_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+    ) -> None:
+        """Record a durable primitive's result as a succeeded step."""
+        write = StepWrite(
+            lease, step_index, step_name, StepStatus.SUCCEEDED, input, output, new_try=False
+        )
+        if not await self._write_step(write):
+            raise _lost(lease, f"record_step for step {step_index}")
+
+    async def settle(
+        self,
+        lease: Lease,
+        status: WorkflowStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        retry_delay_seconds: float = 0.0,
+        parent_id: str | None = None,
+    ) -> None:
+        """End the attempt; one whose parent may wait on it settles alone (the parent's
+        row is locked first, in its own transaction)."""
+        if parent_id is not None:
+            await self.store.settle(
+                lease,
+                status,
+                output=output,
+                error=error,
+                retry_delay_seconds=retry_delay_seconds,
+                parent_id=parent_id,
+            )
+            return
+        # One flush never writes a workflow's row and its step rows both.
+        while lease.workflow_id in self._stepping:
+            await self._batch.done.wait()
+        batch = self._batch
+        batch.settlements.append(Settlement(lease, status, output, error, retry_delay_seconds))
+        self._ready.set()
+        if not await batch.landed(len(batch.settlements) - 1, settlement=True):
+            raise _lost(lease, f"settling as {status.value}")
+
+    def forget(self, workflow_id: str) -> None:
+        """The attempt of ``workflow_id`` ended: drop the steps it left unended (its body
+        was cancelled inside them)."""
+        for index in self._starts.pop(workflow_id, {}):
+            self._unwritten.pop((workflow_id, index), None)
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Flush what gathers, one flush at a time, and write the ``running`` rows of long
+        steps, until cancelled."""
+        async with anyio.create_task_group() as group:
+            if self.step_row_after > 0:
+                group.start_soon(self._write_long_steps)
+            while True:
+                await self._ready.wait()
+                self._ready = anyio.Event()
+                batch, self._batch = self._batch, _Batch()
+                self._stepping.clear()
+                await self._flush(batch)
+
+    async def _flush(self, batch: _Batch) -> None:
+        try:
+            batch.landed_steps, batch.landed_settlements = await self.store.write_batch(
+                batch.steps, batch.settlements
+            )
+        except Exception as exc:  # each writer raises it (a StoreUnavailableError is retried)
+            batch.error = exc
+        self.flushes += 1
+        self.writes += len(batch.steps) + len(batch.settlements)
+        batch.done.set()
+
+    async def _write_long_steps(self) -> None:
+        """Write the ``running`` row of every step that has run ``step_row_after`` seconds."""
+        while True:
+            await anyio.sleep(self.step_row_after)
+            now = anyio.current_time()
+            due: list[tuple[tuple[str, int], _Start]] = []
+            for key, start in self._unwritten.items():
+                if now - start.began < self.step_row_after:
+                    break  # the rest began later
+                due.append((key, start))
+            if not due:
+                continue
+            batch = self._batch
+            for key, start in due:
+                del self._unwritten[key]
+                start.state, start.written = _WRITING, anyio.Event()
+                self._add_step(self._running_row(start, now - start.began))
+            self._ready.set()
+            try:
+                await batch.done.wait()
+            finally:
+                failed = batch.error is not None
+                for position, (key, start) in enumerate(due):
+                    assert start.written is not None
+                    start.written.set()
+                    self._started(key, start, not failed and batch.landed_steps[position])
+                    if failed and start.state == _UNWRITTEN:
+                        self._unwritten[key] = start  # tried again at the next tick
+
+    def _started(self, key: tuple[str, int], start: _Start, landed: bool) -> None:
+        """A flush carrying the ``running`` row of ``start`` ended; ``landed`` says how."""
+        if landed:
+            start.state = _WRITTEN
+        elif self._starts.get(key[0], {}).get(key[1]) is start:
+            start.state = _UNWRITTEN
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _running_row(start: _Start, ran: float) -> StepWrite:
+        return StepWrite(
+            start.lease, start.index, start.name, StepStatus.RUNNING, start.input, ran_seconds=ran
+        )
+
+    async def _end_step(
+        self,
+        lease: Lease,
+        index: int,
+        status: StepStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        key = (lease.workflow_id, index)
+        begun = self._starts.get(lease.workflow_id, {})
+        start = begun.get(index)
+        if start is None:
+            raise _lost(lease, f"ending step {index}, which did not begin under this lease")
+        if start.state == _WRITING:
+            assert start.written is not None
+            await start.written.wait()
+        begun.pop(index, None)
+        if not begun:
+            self._starts.pop(lease.workflow_id, None)
+        self._unwritten.pop(key, None)
+        new_try = start.state != _WRITTEN
+        ran = anyio.current_time() - start.began if new_try else 0.0
+        write = StepWrite(
+            lease, index, start.name, status, start.input, output, error, new_try, ran
+        )
+        if not await self._write_step(write):
+            raise _lost(lease, f"{status.value} step {index} ({start.name})")
+
+    def _add_step(self, write: StepWrite) -> int:
+        """Add ``write`` to the gathering batch; its position there."""
+        batch = self._batch
+        batch.steps.append(write)
+        self._stepping.add(write.lease.workflow_id)
+        return len(batch.steps) - 1
+
+    async def _write_step(self, write: StepWrite) -> bool:
+        batch = self._batch
+        position = self._add_step(write)
+        self._ready.set()
+        return await batch.landed(position)
+
+
+def _lost(lease: Lease, what: str) -> LeaseLostError:
+    return LeaseLostError.refused(lease.worker_id, lease.workflow_id, what)
+
+
+def group_commit(store: Store, *, step_row_after: float) -> GroupCommit | None:
+    """A :class:`GroupCommit` over ``store`` when it can batch writes, else ``None``."""
+    if isinstance(store, BatchWriter):
+        return GroupCommit(store, step_row_after=step_row_after)
+    return None
+
+
+__all__: Sequence[str] = ("GroupCommit", "group_commit")

@@ -1,0 +1,198 @@
+"""The group-commit flush: the step rows and settlements of many attempts, one statement.
+
+Each write arrives as one element of parallel arrays (``unnest``) and is fenced by its
+own lease, joined on the workflow row, so a write whose lease is gone is left out
+alone and never blocks the rest. The statement is built from the same rules as the
+single-row statements (:mod:`durable_core.sql.statements`): the step upsert of
+``start_step``/``complete_step`` and the settle of ``settle``, with its history row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from durable_core.coltypes import UTCDateTime
+from durable_core.records import Settlement, StepStatus, StepWrite, WorkflowStatus
+from durable_core.sql import const
+from durable_core.sql.connector import Params, Row
+from durable_core.sql.statements import PENDING, att, param, release, st, wf
+
+from .dialect import PostgresDialect
+
+_STEP_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
+    "workflow": sa.Text(),
+    "token": sa.Text(),
+    "step_index": sa.Integer(),
+    "step_name": sa.Text(),
+    "status": sa.Text(),
+    "input": sa.Text(),
+    "output": sa.Text(),
+    "error": sa.Text(),
+    "new_try": sa.Boolean(),
+    "ran": sa.Float(),
+}
+_SETTLE_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
+    "workflow": sa.Text(),
+    "token": sa.Text(),
+    "status": sa.Text(),
+    "output": sa.Text(),
+    "error": sa.Text(),
+    "delay": sa.Float(),
+    "attempt_no": sa.Integer(),
+    "worker_name": sa.Text(),
+    "started": UTCDateTime(),
+    "ended_as": sa.Text(),
+}
+_SECOND = sa.literal_column("interval '1 second'", sa.Interval)
+
+
+def _rows(prefix: str, arrays: dict[str, sa.types.TypeEngine[Any]]) -> Any:
+    """The writes of one kind as a table: one parallel array parameter per column."""
+    columns = (param(f"{prefix}_{name}", postgresql.ARRAY(kind)) for name, kind in arrays.items())
+    return sa.func.unnest(*columns).table_valued(*arrays).render_derived(name=prefix)
+
+
+def _put_steps(new_try: bool) -> Any:
+    """Insert or update the step rows whose ``new_try`` is ``new_try``, each fenced by its
+    lease (the workflow row read FOR SHARE, as the single-row step writes do)."""
+    s, now = _rows("s", _STEP_ARRAYS), sa.func.now()
+    ended = sa.case((s.c.status == const(StepStatus.RUNNING.value), sa.null()), else_=now)
+    held = (
+        sa.select(
+            wf.c.id,
+            s.c.step_index,
+            s.c.step_name,
+            s.c.status,
+            s.c.input,
+            s.c.output,
+            s.c.error,
+            const(1),
+            now - s.c.ran * _SECOND,
+            ended,
+        )
+        .select_from(s.join(wf, sa.and_(wf.c.id == s.c.workflow, wf.c.lock_token == s.c.token)))
+        .where(s.c.new_try if new_try else sa.not_(s.c.new_try))
+        .with_for_update(read=True, of=wf)
+    )
+    columns = ["workflow_id", "step_index", "step_name", "status", "input", "output", "error"]
+    insert = postgresql.insert(st).from_select(
+        [*columns, "attempts", "started_at", "completed_at"], held
+    )
+    new = insert.excluded
+    put = insert.on_conflict_do_update(
+        index_elements=[st.c.workflow_id, st.c.step_index],
+        set_={
+            "step_name": new.step_name,
+            "status": new.status,
+            "input": new.input,
+            "output": new.output,
+            "error": new.error,
+            # A new try counts on the row and starts it again; ending a try keeps its start.
+            "attempts": st.c.attempts + const(1) if new_try else st.c.attempts,
+            "started_at": new.started_at if new_try else st.c.started_at,
+            "completed_at": new.completed_at,
+        },
+    )
+    return put.returning(st.c.workflow_id, st.c.step_index).cte(
+        "tried" if new_try else "ended_steps"
+    )
+
+
+def _settle() -> tuple[Any, Any]:
+    """End the attempts (retries due after their delay), each fenced by its lease, and
+    record each ended attempt's history row: the two CTEs."""
+    dialect, x = PostgresDialect(), _rows("x", _SETTLE_ARRAYS)
+    now, retry = sa.func.now(), x.c.status == PENDING
+    settled = (
+        wf.update()
+        .where(wf.c.id == x.c.workflow, wf.c.lock_token == x.c.token)
+        .values(
+            status=x.c.status,
+            output=x.c.output,
+            error=x.c.error,
+            run_at=sa.case((retry, now + x.c.delay * _SECOND), else_=wf.c.run_at),
+            completed_at=sa.case((retry, wf.c.completed_at), else_=now),
+            **release(dialect),
+        )
+        .returning(wf.c.id)
+        .cte("settled")
+    )
+    h = _rows("x", _SETTLE_ARRAYS)
+    history = sa.select(
+        h.c.workflow, h.c.attempt_no, h.c.worker_name, h.c.started, now, h.c.ended_as, h.c.error
+    ).select_from(h.join(settled, settled.c.id == h.c.workflow))
+    columns = ["workflow_id", "attempt", "worker", "started_at", "ended_at", "outcome", "error"]
+    recorded = att.insert().from_select(columns, history).cte("recorded")
+    return settled, recorded
+
+
+def flush_statement() -> sa.Executable:
+    """The flush: every step write and settlement of :func:`flush_params`; it returns the
+    step rows (``workflows``, ``indexes``) and workflows (``settled``) that landed."""
+    tried, ended = _put_steps(True), _put_steps(False)
+    settled, recorded = _settle()
+    landed = sa.union_all(
+        sa.select(tried.c.workflow_id, tried.c.step_index),
+        sa.select(ended.c.workflow_id, ended.c.step_index),
+    ).subquery("landed")
+    steps = sa.select(
+        sa.func.array_agg(landed.c.workflow_id).label("workflows"),
+        sa.func.array_agg(landed.c.step_index).label("indexes"),
+    ).subquery("steps")
+    return (
+        sa.select(
+            steps.c.workflows,
+            steps.c.indexes,
+            sa.select(sa.func.array_agg(settled.c.id)).scalar_subquery().label("settled"),
+        )
+        .select_from(steps)
+        .add_cte(recorded)
+    )
+
+
+def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> Params:
+    """The parameters of :func:`flush_statement` for these writes."""
+    params: dict[str, Any] = {
+        "s_workflow": [w.lease.workflow_id for w in steps],
+        "s_token": [w.lease.token for w in steps],
+        "s_step_index": [w.index for w in steps],
+        "s_step_name": [w.name for w in steps],
+        "s_status": [w.status.value for w in steps],
+        "s_input": [w.input for w in steps],
+        "s_output": [w.output for w in steps],
+        "s_error": [w.error for w in steps],
+        "s_new_try": [w.new_try for w in steps],
+        "s_ran": [w.ran_seconds for w in steps],
+        "x_workflow": [s.lease.workflow_id for s in settlements],
+        "x_token": [s.lease.token for s in settlements],
+        "x_status": [s.status.value for s in settlements],
+        "x_output": [s.output for s in settlements],
+        "x_error": [s.error for s in settlements],
+        "x_delay": [s.retry_delay_seconds for s in settlements],
+        "x_attempt_no": [s.lease.attempt for s in settlements],
+        "x_worker_name": [s.lease.worker_id for s in settlements],
+        "x_started": [s.lease.started_at for s in settlements],
+        "x_ended_as": [_ended_as(s.status) for s in settlements],
+    }
+    return params
+
+
+def _ended_as(status: WorkflowStatus) -> str:
+    """The outcome an attempt's history row records for a settlement as ``status``."""
+    return "retry" if status is WorkflowStatus.PENDING else status.value
+
+
+def landed(
+    row: Row, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
+) -> tuple[list[bool], list[bool]]:
+    """Which of the writes the flush's result row says landed, in their order."""
+    written = set(zip(row["workflows"] or (), row["indexes"] or (), strict=True))
+    settled = set(row["settled"] or ())
+    return (
+        [(w.lease.workflow_id, w.index) in written for w in steps],
+        [s.lease.workflow_id in settled for s in settlements],
+    )
