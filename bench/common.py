@@ -153,3 +153,9 @@ async def server_facts(conn: asyncpg.Connection) -> dict[str, str]:
     for name in ("shared_buffers", "synchronous_commit", "fsync", "max_connections"):
         facts[name] = await conn.fetchval(f"SHOW {name}")
     return facts
+
+
+DEV_PLUGINS = "example,example_observer"
+"""The test suite's example plugins (installed by ``make install``, not by a user's
+``pip install``): blocked in the bench's workers (``DURABLE_BLOCK_PLUGINS``), so that a
+figure is what a user's worker spends."""

@@ -16,6 +16,7 @@ import sys
 import asyncpg
 
 from bench import app
+from bench.common import DEV_PLUGINS
 from durable_core import DurableClient
 from durable_postgres import PostgresStore
 
@@ -35,6 +36,7 @@ async def drain(url: str, count: int, concurrency: int) -> float:
             "DURABLE_DATABASE_URL": url,
             "WORKFLOW_CONCURRENCY": str(concurrency),
             "WORKFLOW_POLL_INTERVAL_MS": "100",
+            "DURABLE_BLOCK_PLUGINS": DEV_PLUGINS,
         }
         command = [sys.executable, "-m", "durable_core", "--log-level", "WARNING", "worker"]
         worker = subprocess.Popen([*command, "--app", "bench.app"], env=env)

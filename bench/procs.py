@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import asyncpg
 
-from bench.common import RESULTS_DIR, ROOT
+from bench.common import DEV_PLUGINS, RESULTS_DIR, ROOT
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -171,6 +171,7 @@ class Fleet:
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "DURABLE_LOG_LEVEL": os.environ.get("DURABLE_LOG_LEVEL", "INFO"),
+            "DURABLE_BLOCK_PLUGINS": DEV_PLUGINS,
             **env,
         }
         environment.pop("DURABLE_DATABASE_URL", None)

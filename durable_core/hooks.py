@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, cast
@@ -21,6 +22,8 @@ from .store import EmbeddedDatabase, Store
 
 PROJECT = "durable_core"
 ENTRY_POINT_GROUP = "durable_core"
+BLOCK_ENV = "DURABLE_BLOCK_PLUGINS"
+"""Entry-point plugins not to load, by name, comma-separated (like pytest's ``-p no:NAME``)."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -283,13 +286,17 @@ def _load_entry_points(manager: PluginManager) -> None:
 
 
 def plugin_manager() -> PluginManager:
-    """The process-wide plugin manager, with entry-point plugins loaded on first use.
+    """The process-wide plugin manager, with entry-point plugins loaded on first use (but
+    none named in ``$DURABLE_BLOCK_PLUGINS``).
 
     A plugin that fails to import is logged and left out, never fatal.
     """
     global _manager
     if _manager is None:
         manager = PluginManager()
+        for name in os.environ.get(BLOCK_ENV, "").split(","):
+            if name.strip():
+                manager.set_blocked(name.strip())
         _load_entry_points(manager)
         _manager = manager
     return _manager

@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -417,6 +420,20 @@ def test_the_observer_is_registered_by_its_entry_point() -> None:
     implemented = {impl.plugin_name for name in EVENTS for impl in _impls(name)}
     assert "example_observer" in implemented
     assert all("example_observer" in {i.plugin_name for i in _impls(name)} for name in EVENTS)
+
+
+def test_a_plugin_named_in_durable_block_plugins_is_not_loaded() -> None:
+    probe = (
+        "from durable_core.hooks import plugin_manager\n"
+        "m = plugin_manager()\n"
+        "print(m.get_plugin('example_observer') is None, m.is_blocked('example_observer'),"
+        " m.get_plugin('postgres') is not None)"
+    )
+    env = {**os.environ, "DURABLE_BLOCK_PLUGINS": " example_observer ,"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["True", "True", "True"], done.stderr
 
 
 def _impls(hook_name: str) -> list[Any]:
