@@ -135,7 +135,13 @@ class WorkflowWorker:
             raise single_error(group) from None
         if self._fatal is not None:
             raise self._fatal
-        logger.info("worker %s stopped", self.worker_id, extra={"worker_id": self.worker_id})
+        group = self.group
+        logger.info(
+            "worker %s stopped%s",
+            self.worker_id,
+            "" if group is None else f" ({group.writes} writes in {group.flushes} flushes)",
+            extra={"worker_id": self.worker_id},
+        )
 
     async def _run(self, claimer: Claimer, handle_signals: bool) -> None:
         logger.info(

@@ -114,6 +114,22 @@ async def slow_flow(seconds: float) -> float:
 
 
 @workflow_step
+async def paced_step(i: int, pause: float) -> int:
+    await record(f"paced{i}")
+    await anyio.sleep(pause)
+    return i
+
+
+@workflow
+async def paced(steps: int, pause: float) -> int:
+    """``steps`` steps of ``pause`` seconds each; the sum of their indexes."""
+    total = 0
+    for i in range(steps):
+        total += await paced_step(i, pause)
+    return total
+
+
+@workflow_step
 async def mark_started() -> None:
     await record("started")
 

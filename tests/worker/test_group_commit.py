@@ -1,0 +1,351 @@
+"""Group commit on the real PostgreSQL: the flush statement, the worker's batching, and a
+worker SIGKILLed while a flush is in flight."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Sequence
+
+import anyio
+import asyncpg
+import pytest
+
+from durable_core import DurableClient, WorkflowStatus
+from durable_core.errors import LeaseLostError
+from durable_core.group_commit import GroupCommit
+from durable_core.records import (
+    ClaimedWorkflow,
+    Lease,
+    Settlement,
+    StepStatus,
+    StepWrite,
+)
+from durable_postgres import PostgresStore
+from tests.worker import app
+from tests.worker.conftest import Workers, eventually
+
+
+class RecordingStore(PostgresStore):
+    """The real PostgreSQL store, keeping every batch it is asked to write."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.batches: list[tuple[list[StepWrite], list[Settlement]]] = []
+
+    async def write_batch(
+        self, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
+    ) -> tuple[list[bool], list[bool]]:
+        self.batches.append((list(steps), list(settlements)))
+        return await super().write_batch(steps, settlements)
+
+
+async def leased(pg: PostgresStore, count: int, worker: str = "w1") -> list[ClaimedWorkflow]:
+    """Start ``count`` workflows and take the lease on each."""
+    handles = await DurableClient(pg).start_workflows(app.three_steps, [(n,) for n in range(count)])
+    claimed = []
+    for handle in handles:
+        taken = await pg.acquire(handle.id, worker_id=worker, lease_seconds=30)
+        assert taken is not None
+        claimed.append(taken)
+    return claimed
+
+
+async def reclaim(pg: PostgresStore, sql: asyncpg.Connection, lease: Lease) -> Lease:
+    """Expire ``lease`` and let another worker take the workflow: ``lease`` is a zombie's."""
+    await sql.execute(
+        "UPDATE workflows SET locked_until = now() - interval '1 second' WHERE id = $1",
+        lease.workflow_id,
+    )
+    taken = await pg.acquire(lease.workflow_id, worker_id="w2", lease_seconds=30, due_only=False)
+    assert taken is not None
+    return taken.lease
+
+
+def step(lease: Lease, index: int, status: StepStatus, **fields: object) -> StepWrite:
+    return StepWrite(lease, index, f"s{index}", status, '{"args":[],"kwargs":{}}', **fields)  # type: ignore[arg-type]
+
+
+# -- the flush statement ------------------------------------------------------------------------
+
+
+async def test_one_flush_writes_every_row_and_refuses_a_zombies_one_by_one(
+    pg: PostgresStore, sql: asyncpg.Connection
+) -> None:
+    a, b, c, d = (w.lease for w in await leased(pg, 4))
+    zombie = c
+    current = await reclaim(pg, sql, c)
+    steps = [
+        step(a, 0, StepStatus.SUCCEEDED, output="1", ran_seconds=2.0),
+        step(a, 1, StepStatus.RUNNING, ran_seconds=0.5),
+        step(b, 0, StepStatus.FAILED, error='{"type":"x"}'),
+        step(zombie, 0, StepStatus.SUCCEEDED, output="zombie"),
+    ]
+    settlements = [
+        Settlement(b, WorkflowStatus.PENDING, error='{"type":"x"}', retry_delay_seconds=60),
+        Settlement(zombie, WorkflowStatus.SUCCEEDED, output='"zombie"'),
+        Settlement(d, WorkflowStatus.SUCCEEDED, output='"done"'),
+    ]
+    landed = await pg.write_batch(steps, settlements)
+    assert landed == ([True, True, True, False], [True, False, True])
+    # (One worker's batch never holds two writes of one step row: the holder's is alone.)
+    assert await pg.write_batch([step(current, 0, StepStatus.RUNNING)], []) == ([True], [])
+
+    rows = await sql.fetch(
+        "SELECT workflow_id, step_index, status, output, error, attempts,"
+        " completed_at IS NULL AS open, extract(epoch FROM now() - started_at) AS age"
+        " FROM workflow_steps ORDER BY workflow_id, step_index"
+    )
+    by_key = {(r["workflow_id"], r["step_index"]): r for r in rows}
+    assert set(by_key) == {
+        (a.workflow_id, 0),
+        (a.workflow_id, 1),
+        (b.workflow_id, 0),
+        (c.workflow_id, 0),
+    }
+    assert (by_key[a.workflow_id, 0]["status"], by_key[a.workflow_id, 0]["output"]) == (
+        "succeeded",
+        "1",
+    )
+    assert by_key[a.workflow_id, 0]["age"] >= 1.9, "a late-written row starts when its step began"
+    assert by_key[a.workflow_id, 1]["open"] and by_key[a.workflow_id, 1]["status"] == "running"
+    assert by_key[b.workflow_id, 0]["status"] == "failed"
+    # The zombie's output never landed: the current holder's running row is there.
+    assert (by_key[c.workflow_id, 0]["status"], by_key[c.workflow_id, 0]["output"]) == (
+        "running",
+        None,
+    )
+    assert {r["attempts"] for r in rows} == {1}
+
+    workflows = {
+        r["id"]: r
+        for r in await sql.fetch(
+            "SELECT id, status, output, lock_token, run_at > now() + interval '50 seconds' AS later"
+            " FROM workflows"
+        )
+    }
+    assert (workflows[b.workflow_id]["status"], workflows[b.workflow_id]["later"]) == (
+        "pending",
+        True,
+    )
+    assert workflows[b.workflow_id]["lock_token"] is None
+    assert (workflows[c.workflow_id]["status"], workflows[c.workflow_id]["lock_token"]) == (
+        "running",
+        current.token,
+    )
+    assert (workflows[d.workflow_id]["status"], workflows[d.workflow_id]["output"]) == (
+        "succeeded",
+        '"done"',
+    )
+    history = await sql.fetch("SELECT workflow_id, attempt, worker, outcome FROM workflow_attempts")
+    assert sorted((r["workflow_id"], r["outcome"]) for r in history) == sorted(
+        [(b.workflow_id, "retry"), (d.workflow_id, "succeeded")]
+    )
+
+
+async def test_a_step_ended_after_its_running_row_keeps_one_try_and_its_start(
+    pg: PostgresStore, sql: asyncpg.Connection
+) -> None:
+    [claimed] = await leased(pg, 1)
+    lease = claimed.lease
+    assert await pg.write_batch([step(lease, 0, StepStatus.RUNNING, ran_seconds=0.2)], []) == (
+        [True],
+        [],
+    )
+    started = await sql.fetchval("SELECT started_at FROM workflow_steps")
+    ended = step(lease, 0, StepStatus.SUCCEEDED, output="7", new_try=False)
+    assert await pg.write_batch([ended], []) == ([True], [])
+    row = await sql.fetchrow(
+        "SELECT status, output, attempts, started_at, completed_at FROM workflow_steps"
+    )
+    assert (row["status"], row["output"], row["attempts"]) == ("succeeded", "7", 1)
+    assert row["started_at"] == started and row["completed_at"] is not None
+    # A second try of the same step counts.
+    again = step(lease, 0, StepStatus.FAILED, error='{"type":"y"}')
+    assert await pg.write_batch([again], []) == ([True], [])
+    assert await sql.fetchval("SELECT attempts FROM workflow_steps") == 2
+
+
+# -- the worker's batching ----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def recording(postgres_url: str, pg: PostgresStore) -> AsyncIterator[RecordingStore]:
+    store = RecordingStore(postgres_url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_a_lone_write_goes_out_at_once_and_concurrent_ones_together(
+    recording: RecordingStore,
+) -> None:
+    claimed = await leased(recording, 20)
+    group = GroupCommit(recording, step_row_after=60)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        lone = claimed[0].lease
+        await group.start_step(lone, 0, "s0", "{}")
+        assert recording.batches == [], "a step's running row waits for the step to run long"
+        with anyio.fail_after(5):
+            await group.complete_step(lone, 0, "1")
+        assert group.flushes == 1 and len(recording.batches) == 1, "nothing waited for company"
+
+        async def one(lease: Lease) -> None:
+            await group.start_step(lease, 0, "s0", "{}")
+            await group.complete_step(lease, 0, "1")
+            await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
+
+        async with anyio.create_task_group() as workflows:
+            for item in claimed[1:]:
+                workflows.start_soon(one, item.lease)
+        flusher.cancel_scope.cancel()
+    writes = sum(len(s) + len(x) for s, x in recording.batches[1:])
+    assert writes == 38
+    assert len(recording.batches) - 1 <= 6, (
+        f"38 writes of 19 workflows took {len(recording.batches) - 1} flushes"
+    )
+    for steps, settlements in recording.batches:
+        workflows_stepped = {w.lease.workflow_id for w in steps}
+        assert not workflows_stepped & {s.lease.workflow_id for s in settlements}, (
+            "a flush never writes a workflow's row and its step rows both"
+        )
+    assert [w.status for s, _ in recording.batches for w in s] == [StepStatus.SUCCEEDED] * 20, (
+        "fast steps wrote one row each, with their output, and no running row"
+    )
+
+
+async def test_a_long_step_gets_its_running_row_while_it_runs(
+    recording: RecordingStore, sql: asyncpg.Connection
+) -> None:
+    [claimed] = await leased(recording, 1)
+    lease = claimed.lease
+    group = GroupCommit(recording, step_row_after=0.05)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        await group.start_step(lease, 0, "s0", "{}")
+
+        async def running_row() -> bool:
+            return bool(await sql.fetchval("SELECT status FROM workflow_steps") == "running")
+
+        await eventually(running_row, timeout=5, what="the long step's running row")
+        await group.complete_step(lease, 0, "1")
+        flusher.cancel_scope.cancel()
+    row = await sql.fetchrow(
+        "SELECT status, attempts, completed_at - started_at AS took FROM workflow_steps"
+    )
+    assert (row["status"], row["attempts"]) == ("succeeded", 1)
+    assert row["took"].total_seconds() >= 0.05
+    statuses = [w.status for s, _ in recording.batches for w in s]
+    assert statuses == [StepStatus.RUNNING, StepStatus.SUCCEEDED]
+
+
+async def test_a_zombie_write_is_refused_while_the_rest_of_its_flush_lands(
+    recording: RecordingStore, sql: asyncpg.Connection
+) -> None:
+    kept, lost = (w.lease for w in await leased(recording, 2))
+    await reclaim(recording, sql, lost)
+    group = GroupCommit(recording, step_row_after=60)
+    outcomes: dict[str, str] = {}
+
+    async def write(lease: Lease) -> None:
+        await group.start_step(lease, 0, "s0", "{}")
+        try:
+            await group.complete_step(lease, 0, "1")
+        except LeaseLostError as exc:
+            outcomes[lease.workflow_id] = f"lost: {exc}"
+        else:
+            outcomes[lease.workflow_id] = "landed"
+
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        async with anyio.create_task_group() as writers:
+            writers.start_soon(write, kept)
+            writers.start_soon(write, lost)
+        flusher.cancel_scope.cancel()
+    assert len(recording.batches) == 1, "both writes went out in one flush"
+    assert outcomes[kept.workflow_id] == "landed"
+    assert outcomes[lost.workflow_id].startswith(
+        f"lost: worker w1 no longer holds workflow {lost.workflow_id}"
+    )
+    rows = await sql.fetch("SELECT workflow_id FROM workflow_steps")
+    assert [r["workflow_id"] for r in rows] == [kept.workflow_id]
+
+
+# -- a crash in the middle of a flush -----------------------------------------------------------
+
+
+async def test_sigkill_while_a_flush_is_in_flight_loses_nothing_committed(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    client = DurableClient(pg)
+    gate = await client.start_workflow(app.slow_flow, 2.0)
+    # No running rows: a step in flight at the kill has no row at all.
+    victim = workers.start(
+        WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=32, WORKFLOW_STEP_ROW_AFTER_MS=60000
+    )
+
+    async def gate_runs() -> bool:
+        return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'slow'"))
+
+    await eventually(gate_runs, timeout=30, what="the gate workflow's step to run")
+    # Hold the gate's row: the flush carrying the gate's step (2 s into it) waits on the
+    # lock, and the writes of the workflows still running gather behind it.
+    blocker = await asyncpg.connect(workers.url.replace("postgresql+asyncpg://", "postgresql://"))
+    transaction = blocker.transaction()
+    await transaction.start()
+    await blocker.execute("SELECT 1 FROM workflows WHERE id = $1 FOR UPDATE", gate.id)
+    handles = await client.start_workflows(app.paced, [(5, 0.6)] * 30)
+
+    async def flush_blocked() -> bool:
+        return bool(
+            await sql.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'WITH settled AS%'"
+            )
+        )
+
+    await eventually(flush_blocked, timeout=30, what="a flush waiting on the gate's row")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    ran_before = {
+        (r["workflow_id"], r["step"])
+        for r in await sql.fetch("SELECT workflow_id, step FROM step_runs")
+    }
+    await transaction.rollback()
+    await blocker.close()
+
+    async def flush_ended() -> bool:
+        return not await sql.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'WITH settled AS%'"
+            " AND state = 'active'"
+        )
+
+    await eventually(flush_ended, timeout=30, what="the killed worker's flush to end")
+    rows = await sql.fetch(
+        "SELECT workflow_id, step_index FROM workflow_steps WHERE status = 'succeeded'"
+    )
+    committed = {(r["workflow_id"], f"paced{r['step_index']}") for r in rows}
+    for handle in handles:  # each step committed before the next one began: a prefix
+        indexes = sorted(int(step[5:]) for w, step in committed if w == handle.id)
+        assert indexes == list(range(len(indexes)))
+
+    workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=32)
+    assert await gate.wait_with_timeout(60) is WorkflowStatus.SUCCEEDED
+    for handle in handles:
+        assert await handle.wait_with_timeout(60) is WorkflowStatus.SUCCEEDED
+    assert [await h.output() for h in handles] == [10] * 30
+
+    runs = await sql.fetch("SELECT workflow_id, step FROM step_runs WHERE step LIKE 'paced%'")
+    counts: dict[tuple[str, str], int] = {}
+    for r in runs:
+        counts[r["workflow_id"], r["step"]] = counts.get((r["workflow_id"], r["step"]), 0) + 1
+    assert len(counts) == 150, "every step of every workflow ran"
+    ran_again = {key for key, n in counts.items() if n == 2}
+    assert set(counts.values()) <= {1, 2}
+    assert not ran_again & committed, "a step committed before the kill never ran again"
+    assert ran_again == (ran_before - committed) & set(counts), (
+        "exactly the steps that had run without committing ran again"
+    )
+    assert ran_again, "some steps had run but not committed at the kill"
