@@ -1,4 +1,4 @@
-"""The five ``WORKFLOW_*`` variables: defaults, clamping with a warning, and ``validate()``."""
+"""The ``WORKFLOW_*`` variables: defaults, clamping with a warning, and ``validate()``."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from durable_core import ConfigurationError, FrameworkError, WorkflowConfig
 from durable_core.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
 
-# variable, field, default, minimum (from the reference's table)
+# variable, field, default, minimum (the reference's five, then group commit's two)
 VARIABLES = [
     ("WORKFLOW_POLL_INTERVAL_MS", "poll_interval_ms", 1000, 1),
     ("WORKFLOW_CONCURRENCY", "concurrency", 4, 1),
     ("WORKFLOW_LOCK_TIMEOUT_SECS", "lock_timeout_secs", 30, 1),
     ("WORKFLOW_MAX_ATTEMPTS", "max_attempts", 3, 1),
     ("WORKFLOW_RETRY_BACKOFF_SECS", "retry_backoff_secs", 5, 0),
+    ("WORKFLOW_GROUP_COMMIT", "group_commit", 1, 0),
+    ("WORKFLOW_STEP_ROW_AFTER_MS", "step_row_after_ms", 100, 0),
 ]
 IDS = [v[0] for v in VARIABLES]
 

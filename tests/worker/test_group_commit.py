@@ -10,7 +10,7 @@ import anyio
 import asyncpg
 import pytest
 
-from durable_core import DurableClient, WorkflowStatus
+from durable_core import DurableClient, WorkflowConfig, WorkflowStatus
 from durable_core.errors import LeaseLostError
 from durable_core.group_commit import GroupCommit
 from durable_core.records import (
@@ -20,6 +20,7 @@ from durable_core.records import (
     StepStatus,
     StepWrite,
 )
+from durable_core.worker import WorkflowWorker
 from durable_postgres import PostgresStore
 from tests.worker import app
 from tests.worker.conftest import Workers, eventually
@@ -349,3 +350,22 @@ async def test_sigkill_while_a_flush_is_in_flight_loses_nothing_committed(
         "exactly the steps that had run without committing ran again"
     )
     assert ran_again, "some steps had run but not committed at the kill"
+
+
+# -- turning it off -----------------------------------------------------------------------------
+
+
+async def test_workflow_group_commit_0_writes_each_row_alone(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    assert isinstance(WorkflowWorker(pg, WorkflowConfig()).group, GroupCommit)
+    assert WorkflowWorker(pg, WorkflowConfig(group_commit=0)).group is None
+    handles = await DurableClient(pg).start_workflows(app.three_steps, [(n,) for n in range(50)])
+    proc = workers.start(WORKFLOW_GROUP_COMMIT=0, WORKFLOW_CONCURRENCY=8)
+    for handle in handles:
+        assert await handle.wait_with_timeout(60) is WorkflowStatus.SUCCEEDED
+    runs = await sql.fetch("SELECT workflow_id, step, count(*) AS n FROM step_runs GROUP BY 1, 2")
+    assert len(runs) == 150 and {r["n"] for r in runs} == {1}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert "flushes" not in workers.log(proc), "no group commit ran"
