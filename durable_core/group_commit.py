@@ -202,17 +202,17 @@ class GroupCommit:
                 due.append((key, start))
             if not due:
                 continue
-            batch = self._batch
+            batch, positions = self._batch, []
             for key, start in due:
                 del self._unwritten[key]
                 start.state, start.written = _WRITING, anyio.Event()
-                self._add_step(self._running_row(start, now - start.began))
+                positions.append(self._add_step(self._running_row(start, now - start.began)))
             self._ready.set()
             try:
                 await batch.done.wait()
             finally:
-                failed = batch.error is not None
-                for position, (key, start) in enumerate(due):
+                failed = batch.error is not None or not batch.done.is_set()
+                for position, (key, start) in zip(positions, due, strict=True):
                     assert start.written is not None
                     start.written.set()
                     self._started(key, start, not failed and batch.landed_steps[position])

@@ -242,6 +242,50 @@ async def test_a_long_step_gets_its_running_row_while_it_runs(
     assert statuses == [StepStatus.RUNNING, StepStatus.SUCCEEDED]
 
 
+async def test_running_rows_written_late_land_beside_other_writes(
+    recording: RecordingStore, sql: asyncpg.Connection
+) -> None:
+    long, *fast = (w.lease for w in await leased(recording, 6))
+    group = GroupCommit(recording, step_row_after=0.05)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        await group.start_step(long, 0, "s0", "{}")
+        await anyio.sleep(0.06)  # the long step's running row goes out at the next tick
+
+        async def quick(lease: Lease) -> None:  # ends as the tick fires
+            await group.start_step(lease, 0, "s0", "{}")
+            await anyio.sleep(0.04)
+            await group.complete_step(lease, 0, "1")
+
+        async with anyio.create_task_group() as writers:
+            for lease in fast:
+                writers.start_soon(quick, lease)
+        await group.complete_step(long, 0, "2")
+        flusher.cancel_scope.cancel()
+    rows = await sql.fetch("SELECT workflow_id, status, attempts FROM workflow_steps")
+    assert {(r["workflow_id"], r["status"], r["attempts"]) for r in rows} == {
+        (lease.workflow_id, "succeeded", 1) for lease in (long, *fast)
+    }
+    written = [w for steps, _ in recording.batches for w in steps if w.lease == long]
+    assert [w.status for w in written] == [StepStatus.RUNNING, StepStatus.SUCCEEDED]
+    assert [w.new_try for w in written] == [True, False]
+
+
+async def test_with_step_row_after_0_the_running_row_is_written_before_the_body(
+    recording: RecordingStore, sql: asyncpg.Connection
+) -> None:
+    [claimed] = await leased(recording, 1)
+    group = GroupCommit(recording, step_row_after=0)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        await group.start_step(claimed.lease, 0, "s0", "{}")
+        assert await sql.fetchval("SELECT status FROM workflow_steps") == "running"
+        await group.complete_step(claimed.lease, 0, "1")
+        flusher.cancel_scope.cancel()
+    row = await sql.fetchrow("SELECT status, attempts FROM workflow_steps")
+    assert (row["status"], row["attempts"]) == ("succeeded", 1)
+
+
 async def test_a_zombie_write_is_refused_while_the_rest_of_its_flush_lands(
     recording: RecordingStore, sql: asyncpg.Connection
 ) -> None:
