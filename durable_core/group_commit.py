@@ -16,8 +16,7 @@ that left a ``running`` row does.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,8 +25,6 @@ import anyio
 from .errors import LeaseLostError
 from .records import Lease, Settlement, StepStatus, StepWrite, WorkflowStatus
 from .store import BatchWriter, Store
-
-logger = logging.getLogger("durable_core.worker")
 
 _UNWRITTEN, _WRITING, _WRITTEN = 0, 1, 2
 
@@ -65,6 +62,7 @@ class _Start:
     name: str
     input: str
     began: float
+    """When it began (``time.monotonic()``)."""
     state: int = _UNWRITTEN
     written: anyio.Event | None = None
     """Set once a flush carrying its ``running`` row has ended."""
@@ -95,7 +93,7 @@ class GroupCommit:
     async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
         """A try of the step began: its ``running`` row is written if it runs long."""
         key = (lease.workflow_id, step_index)
-        start = _Start(lease, step_index, step_name, input, anyio.current_time())
+        start = _Start(lease, step_index, step_name, input, time.monotonic())
         self._starts.setdefault(lease.workflow_id, {})[step_index] = start
         if self.step_row_after <= 0:
             start.state, start.written = _WRITING, anyio.Event()
@@ -194,7 +192,7 @@ class GroupCommit:
         """Write the ``running`` row of every step that has run ``step_row_after`` seconds."""
         while True:
             await anyio.sleep(self.step_row_after)
-            now = anyio.current_time()
+            now = time.monotonic()
             due: list[tuple[tuple[str, int], _Start]] = []
             for key, start in self._unwritten.items():
                 if now - start.began < self.step_row_after:
@@ -256,7 +254,7 @@ class GroupCommit:
             self._starts.pop(lease.workflow_id, None)
         self._unwritten.pop(key, None)
         new_try = start.state != _WRITTEN
-        ran = anyio.current_time() - start.began if new_try else 0.0
+        ran = time.monotonic() - start.began if new_try else 0.0
         write = StepWrite(
             lease, index, start.name, status, start.input, output, error, new_try, ran
         )
@@ -286,6 +284,3 @@ def group_commit(store: Store, *, step_row_after: float) -> GroupCommit | None:
     if isinstance(store, BatchWriter):
         return GroupCommit(store, step_row_after=step_row_after)
     return None
-
-
-__all__: Sequence[str] = ("GroupCommit", "group_commit")
