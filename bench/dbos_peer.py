@@ -127,7 +127,13 @@ JOIN dbos.workflow_status w ON w.workflow_uuid = o.workflow_uuid
 WHERE w.name = $1 AND o.error IS NULL
 """
 
-RESET_SQL = "TRUNCATE dbos.workflow_status CASCADE"
+RESET_SQL = """
+DO $$ BEGIN
+    IF to_regclass('dbos.workflow_status') IS NOT NULL THEN  -- DBOS makes it on its first launch
+        TRUNCATE dbos.workflow_status CASCADE;
+    END IF;
+END $$
+"""
 
 
 def main(argv: list[str] | None = None) -> None:
