@@ -164,7 +164,7 @@ class Attempt:
     async def receive(self, topic: str, index: int, name: str, input_json: str) -> str | None:
         """Take the next message on ``topic`` as the output of step ``index``, if there is one."""
         payload = await self.persist(
-            lambda: self.store.receive(self.lease, topic, index, name, input_json)
+            lambda: self.writes.receive(self.lease, topic, index, name, input_json)
         )
         if payload is not None:
             self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, payload)
@@ -179,10 +179,14 @@ class Attempt:
         deadline = self.claimed.deadline
         if deadline is not None and (wait.deadline is None or deadline < wait.deadline):
             wait = dataclasses.replace(wait, deadline=deadline)
-        if await self.persist(lambda: self.store.suspend(self.lease, wait, output)):
+        if await self.persist(lambda: self.writes.suspend(self.lease, wait, output)):
             self.suspended = wait
             return True
         return False
+
+    async def set_event(self, key: str, value: str) -> None:
+        """Publish ``value`` under ``key`` for this workflow."""
+        await self.persist(lambda: self.writes.set_event(self.lease, key, value))
 
     def waiting(self) -> WorkflowStatus:
         """The attempt ended suspended: the row waits, holding no lease and no slot."""

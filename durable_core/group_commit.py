@@ -12,6 +12,11 @@ A step's ``running`` row is written only when the step runs longer than
 ``step_row_after`` seconds; a faster step writes one row, with its output, when it
 ends. A crash inside a step that left no row runs the step again, exactly as one
 that left a ``running`` row does.
+
+A step's end is written behind: it goes out with the next flush, and the workflow
+waits for it to commit only before its next durable action (the next step, a
+primitive, a wait), so every step is committed before the next one begins. The last
+step's end goes out with the settlement, in its statement.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Protocol
 import anyio
 
 from .errors import LeaseLostError
-from .records import Lease, Settlement, StepStatus, StepWrite, WorkflowStatus
+from .records import Lease, Settlement, StepStatus, StepWrite, Wait, WorkflowStatus
 from .store import BatchWriter, Store
 
 _UNWRITTEN, _WRITING, _WRITTEN = 0, 1, 2
@@ -51,6 +56,17 @@ class _Batch:
         if self.error is not None:
             raise self.error
         return (self.landed_settlements if settlement else self.landed_steps)[position]
+
+
+@dataclass(eq=False, slots=True)
+class _Owed:
+    """A step's end written behind, and the flush that carries it (once one does)."""
+
+    write: StepWrite
+    batch: _Batch | None = None
+    position: int = -1
+    folded: bool = False
+    """It goes out with its workflow's settlement instead."""
 
 
 @dataclass(eq=False, slots=True)
@@ -87,11 +103,18 @@ class GroupCommit:
         """The steps whose ``running`` row is not written, oldest first."""
         self._stepping: set[str] = set()
         """The workflows with step writes in the gathering batch."""
+        self._owed: dict[str, list[_Owed]] = {}
+        """The step ends each workflow has written behind and not seen commit."""
+        self._unsent: list[_Owed] = []
+        """Step ends for the next flush to carry."""
 
     # -- the writes of an attempt (the store's signatures) -------------------------------------
 
     async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
-        """A try of the step began: its ``running`` row is written if it runs long."""
+        """A try of the step began (once the steps before it have committed): its
+        ``running`` row is written if it runs long."""
+        if lease.workflow_id in self._owed:
+            await self._pay(lease)
         key = (lease.workflow_id, step_index)
         start = _Start(lease, step_index, step_name, input, time.monotonic())
         self._starts.setdefault(lease.workflow_id, {})[step_index] = start
@@ -118,12 +141,32 @@ class GroupCommit:
     async def record_step(
         self, lease: Lease, step_index: int, step_name: str, input: str, output: str
     ) -> None:
-        """Record a durable primitive's result as a succeeded step."""
-        write = StepWrite(
-            lease, step_index, step_name, StepStatus.SUCCEEDED, input, output, new_try=False
+        """Record a durable primitive's result as a succeeded step; returns once it (and
+        every step before it) has committed."""
+        self._owe(
+            StepWrite(
+                lease, step_index, step_name, StepStatus.SUCCEEDED, input, output, new_try=False
+            )
         )
-        if not await self._write_step(write):
-            raise _lost(lease, f"record_step for step {step_index}")
+        await self._pay(lease)
+
+    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+        """Leave the workflow waiting (see :meth:`Store.suspend`), its steps committed first."""
+        await self._pay(lease)
+        return await self.store.suspend(lease, wait, output)
+
+    async def receive(
+        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+    ) -> str | None:
+        """Take the next message as a step (see :meth:`Store.receive`), its steps committed
+        first."""
+        await self._pay(lease)
+        return await self.store.receive(lease, topic, step_index, step_name, input)
+
+    async def set_event(self, lease: Lease, key: str, value: str) -> None:
+        """Publish an event (see :meth:`Store.set_event`), the steps before it committed."""
+        await self._pay(lease)
+        await self.store.set_event(lease, key, value)
 
     async def settle(
         self,
@@ -135,8 +178,17 @@ class GroupCommit:
         retry_delay_seconds: float = 0.0,
         parent_id: str | None = None,
     ) -> None:
-        """End the attempt; one whose parent may wait on it settles alone (the parent's
-        row is locked first, in its own transaction)."""
+        """End the attempt, with its last step's end when that is not sent yet; one whose
+        parent may wait on it settles alone (the parent's row is locked first, in its own
+        transaction), once its steps have committed."""
+        owed = self._owed.get(lease.workflow_id)
+        last = None
+        if parent_id is None and owed is not None and len(owed) == 1 and owed[0].batch is None:
+            last = owed[0]
+            last.folded = True
+            del self._owed[lease.workflow_id]
+        else:
+            await self._pay(lease)
         if parent_id is not None:
             await self.store.settle(
                 lease,
@@ -151,7 +203,16 @@ class GroupCommit:
         while lease.workflow_id in self._stepping:
             await self._batch.done.wait()
         batch = self._batch
-        batch.settlements.append(Settlement(lease, status, output, error, retry_delay_seconds))
+        batch.settlements.append(
+            Settlement(
+                lease,
+                status,
+                output,
+                error,
+                retry_delay_seconds,
+                None if last is None else last.write,
+            )
+        )
         self._ready.set()
         if not await batch.landed(len(batch.settlements) - 1, settlement=True):
             raise _lost(lease, f"settling as {status.value}")
@@ -161,6 +222,8 @@ class GroupCommit:
         was cancelled inside them)."""
         for index in self._starts.pop(workflow_id, {}):
             self._unwritten.pop((workflow_id, index), None)
+        for owed in self._owed.pop(workflow_id, ()):
+            owed.folded = True  # not sent: the attempt is over
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -175,6 +238,11 @@ class GroupCommit:
                 self._ready = anyio.Event()
                 batch, self._batch = self._batch, _Batch()
                 self._stepping.clear()
+                for owed in self._unsent:
+                    if owed.batch is None and not owed.folded:
+                        owed.batch, owed.position = batch, len(batch.steps)
+                        batch.steps.append(owed.write)
+                self._unsent.clear()
                 await self._flush(batch)
 
     async def _flush(self, batch: _Batch) -> None:
@@ -184,8 +252,11 @@ class GroupCommit:
             )
         except Exception as exc:  # each writer raises it (a StoreUnavailableError is retried)
             batch.error = exc
+            for owed in self._unsent_after(batch):
+                owed.batch = None  # sent again by the next flush
+                self._unsent.append(owed)
         self.flushes += 1
-        self.writes += len(batch.steps) + len(batch.settlements)
+        self.writes += len(batch.steps) + sum(2 if x.step else 1 for x in batch.settlements)
         batch.done.set()
 
     async def _write_long_steps(self) -> None:
@@ -255,11 +326,43 @@ class GroupCommit:
         self._unwritten.pop(key, None)
         new_try = start.state != _WRITTEN
         ran = time.monotonic() - start.began if new_try else 0.0
-        write = StepWrite(
-            lease, index, start.name, status, start.input, output, error, new_try, ran
+        self._owe(
+            StepWrite(lease, index, start.name, status, start.input, output, error, new_try, ran)
         )
-        if not await self._write_step(write):
-            raise _lost(lease, f"{status.value} step {index} ({start.name})")
+
+    def _owe(self, write: StepWrite) -> None:
+        """Write ``write`` behind: the next flush carries it; :meth:`_pay` waits for it."""
+        owed = _Owed(write)
+        self._owed.setdefault(write.lease.workflow_id, []).append(owed)
+        self._unsent.append(owed)
+        self._ready.set()
+
+    async def _pay(self, lease: Lease) -> None:
+        """Return once every step end the workflow of ``lease`` wrote behind has committed;
+        :class:`LeaseLostError` if one was refused (a failed flush's error is raised, and
+        the write goes out again with the next)."""
+        workflow = lease.workflow_id
+        while owed := self._owed.get(workflow):
+            first = owed[0]
+            if first.batch is None:  # the next flush carries it
+                self._ready.set()
+                gathering = self._batch
+                await gathering.done.wait()
+                if gathering.error is not None:
+                    raise gathering.error
+                continue
+            landed = await first.batch.landed(first.position)
+            if owed and owed[0] is first:
+                owed.pop(0)
+                if not owed:
+                    self._owed.pop(workflow, None)
+            if not landed:
+                write = first.write
+                raise _lost(lease, f"{write.status.value} step {write.index} ({write.name})")
+
+    def _unsent_after(self, batch: _Batch) -> list[_Owed]:
+        """The step ends ``batch`` carried that their workflows still owe."""
+        return [owed for owes in self._owed.values() for owed in owes if owed.batch is batch]
 
     def _add_step(self, write: StepWrite) -> int:
         """Add ``write`` to the gathering batch; its position there."""

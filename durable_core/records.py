@@ -288,3 +288,5 @@ class Settlement:
     output: str | None = None
     error: str | None = None
     retry_delay_seconds: float = 0.0
+    step: StepWrite | None = None
+    """The attempt's last step write, written with the settlement (only if it lands)."""

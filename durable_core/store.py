@@ -79,6 +79,27 @@ class StepWriter(Protocol):
         """
         ...
 
+    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+        """Release the lease and leave the workflow ``waiting``; record the wait's step as
+        waiting with ``output``. Does not count an attempt.
+
+        Returns ``False`` and changes nothing when the wait is already over (a
+        message on the topic is there, the child has settled), checked under the
+        workflow's row lock so that no wake-up is lost.
+        """
+        ...
+
+    async def receive(
+        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+    ) -> str | None:
+        """Take the oldest message on ``topic`` and record it as the step's output, in one
+        transaction; ``None`` when there is none."""
+        ...
+
+    async def set_event(self, lease: Lease, key: str, value: str) -> None:
+        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
+        ...
+
 
 @runtime_checkable
 class Store(StepWriter, Protocol):
@@ -214,27 +235,6 @@ class Store(StepWriter, Protocol):
         """Extend the lease to ``lease_seconds`` from now."""
         ...
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        """Release the lease and leave the workflow ``waiting``; record the wait's step as
-        waiting with ``output``. Does not count an attempt.
-
-        Returns ``False`` and changes nothing when the wait is already over (a
-        message on the topic is there, the child has settled), checked under the
-        workflow's row lock so that no wake-up is lost.
-        """
-        ...
-
-    async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
-    ) -> str | None:
-        """Take the oldest message on ``topic`` and record it as the step's output, in one
-        transaction; ``None`` when there is none."""
-        ...
-
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
-        ...
-
     # -- schedules (schema version 4) ----------------------------------------------------------
 
     async def add_schedule(self, schedule: ScheduleRecord) -> bool:
@@ -320,7 +320,8 @@ class BatchWriter(Protocol):
     ) -> tuple[list[bool], list[bool]]:
         """Write every step row and settlement in one transaction, each fenced by its own
         lease; whether each landed (``False``: its lease was lost, and it wrote nothing),
-        in the order given. A settlement here wakes no parent (settle those alone).
+        in the order given. A settlement's ``step`` is written with it, if it lands. A
+        settlement here wakes no parent (settle those alone).
 
         At most one write per step row and one settlement per workflow in a batch.
         """

@@ -127,7 +127,7 @@ async def set_event(key: str, value: Any) -> None:
     run = ctx.run
 
     async def publish(index: int) -> str:
-        await run.persist(lambda: ctx.store.set_event(run.lease, key, text))
+        await run.set_event(key, text)
         return "null"
 
     await once(ctx, "durable.set_event", json.dumps([key]), publish)

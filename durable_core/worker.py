@@ -135,11 +135,13 @@ class WorkflowWorker:
             raise single_error(group) from None
         if self._fatal is not None:
             raise self._fatal
-        group = self.group
+        committed = self.group
         logger.info(
             "worker %s stopped%s",
             self.worker_id,
-            "" if group is None else f" ({group.writes} writes in {group.flushes} flushes)",
+            ""
+            if committed is None
+            else f" ({committed.writes} writes in {committed.flushes} flushes)",
             extra={"worker_id": self.worker_id},
         )
 

@@ -34,6 +34,7 @@ _STEP_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
     "error": sa.Text(),
     "new_try": sa.Boolean(),
     "ran": sa.Float(),
+    "settling": sa.Boolean(),
 }
 _SETTLE_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
     "workflow": sa.Text(),
@@ -56,14 +57,23 @@ def _rows(prefix: str, arrays: dict[str, sa.types.TypeEngine[Any]]) -> Any:
     return sa.func.unnest(*columns).table_valued(*arrays).render_derived(name=prefix)
 
 
-def _put_steps(new_try: bool) -> Any:
-    """Insert or update the step rows whose ``new_try`` is ``new_try``, each fenced by its
-    lease (the workflow row read FOR SHARE, as the single-row step writes do)."""
+def _put_steps(new_try: bool, settled: Any = None) -> Any:
+    """Insert or update the step rows whose ``new_try`` is ``new_try``: with ``settled``,
+    the last steps of the settlements that landed (whose rows the settle locked); without,
+    the others, each fenced by its lease (the workflow row read FOR SHARE, as the
+    single-row step writes do)."""
     s, now = _rows("s", _STEP_ARRAYS), sa.func.now()
     ended = sa.case((s.c.status == const(StepStatus.RUNNING.value), sa.null()), else_=now)
+    tried = s.c.new_try if new_try else sa.not_(s.c.new_try)
+    if settled is None:
+        held_by = s.join(wf, sa.and_(wf.c.id == s.c.workflow, wf.c.lock_token == s.c.token))
+        which = sa.and_(tried, sa.not_(s.c.settling))
+    else:
+        held_by = s.join(settled, settled.c.id == s.c.workflow)
+        which = sa.and_(tried, s.c.settling)
     held = (
         sa.select(
-            wf.c.id,
+            s.c.workflow,
             s.c.step_index,
             s.c.step_name,
             s.c.status,
@@ -74,10 +84,11 @@ def _put_steps(new_try: bool) -> Any:
             now - s.c.ran * _SECOND,
             ended,
         )
-        .select_from(s.join(wf, sa.and_(wf.c.id == s.c.workflow, wf.c.lock_token == s.c.token)))
-        .where(s.c.new_try if new_try else sa.not_(s.c.new_try))
-        .with_for_update(read=True, of=wf)
+        .select_from(held_by)
+        .where(which)
     )
+    if settled is None:
+        held = held.with_for_update(read=True, of=wf)
     columns = ["workflow_id", "step_index", "step_name", "status", "input", "output", "error"]
     insert = postgresql.insert(st).from_select(
         [*columns, "attempts", "started_at", "completed_at"], held
@@ -97,9 +108,8 @@ def _put_steps(new_try: bool) -> Any:
             "completed_at": new.completed_at,
         },
     )
-    return put.returning(st.c.workflow_id, st.c.step_index).cte(
-        "tried" if new_try else "ended_steps"
-    )
+    name = ("tried" if new_try else "ended_steps") + ("_settled" if settled is not None else "")
+    return put.returning(st.c.workflow_id, st.c.step_index).cte(name)
 
 
 def _settle() -> tuple[Any, Any]:
@@ -135,6 +145,7 @@ def flush_statement() -> sa.Executable:
     step rows (``workflows``, ``indexes``) and workflows (``settled``) that landed."""
     tried, ended = _put_steps(True), _put_steps(False)
     settled, recorded = _settle()
+    last_tried, last_ended = _put_steps(True, settled), _put_steps(False, settled)
     landed = sa.union_all(
         sa.select(tried.c.workflow_id, tried.c.step_index),
         sa.select(ended.c.workflow_id, ended.c.step_index),
@@ -150,12 +161,15 @@ def flush_statement() -> sa.Executable:
             sa.select(sa.func.array_agg(settled.c.id)).scalar_subquery().label("settled"),
         )
         .select_from(steps)
-        .add_cte(recorded)
+        .add_cte(recorded, last_tried, last_ended)
     )
 
 
 def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> Params:
     """The parameters of :func:`flush_statement` for these writes."""
+    last = [s.step for s in settlements if s.step is not None]
+    settling = [False] * len(steps) + [True] * len(last)
+    steps = [*steps, *last]
     params: dict[str, Any] = {
         "s_workflow": [w.lease.workflow_id for w in steps],
         "s_token": [w.lease.token for w in steps],
@@ -167,6 +181,7 @@ def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) 
         "s_error": [w.error for w in steps],
         "s_new_try": [w.new_try for w in steps],
         "s_ran": [w.ran_seconds for w in steps],
+        "s_settling": settling,
         "x_workflow": [s.lease.workflow_id for s in settlements],
         "x_token": [s.lease.token for s in settlements],
         "x_status": [s.status.value for s in settlements],

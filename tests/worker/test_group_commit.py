@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus
-from durable_core.errors import LeaseLostError
+from durable_core.errors import FrameworkError, LeaseLostError
 from durable_core.group_commit import GroupCommit
 from durable_core.records import (
     ClaimedWorkflow,
@@ -179,40 +179,67 @@ async def recording(postgres_url: str, pg: PostgresStore) -> AsyncIterator[Recor
         await store.close()
 
 
-async def test_a_lone_write_goes_out_at_once_and_concurrent_ones_together(
-    recording: RecordingStore,
+def written(store: RecordingStore) -> list[StepWrite]:
+    """Every step write the store was sent, those that went with a settlement included."""
+    return [
+        write
+        for steps, settlements in store.batches
+        for write in [*steps, *(x.step for x in settlements if x.step is not None)]
+    ]
+
+
+async def run_steps(group: GroupCommit, lease: Lease, steps: int, pause: float = 0.0) -> None:
+    """A body of ``steps`` steps of ``pause`` seconds each, then its settlement."""
+    for index in range(steps):
+        await group.start_step(lease, index, f"s{index}", "{}")
+        await anyio.sleep(pause)
+        await group.complete_step(lease, index, str(index))
+    await group.settle(lease, WorkflowStatus.SUCCEEDED, output="0")
+
+
+async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_settlement(
+    recording: RecordingStore, sql: asyncpg.Connection
 ) -> None:
+    [claimed] = await leased(recording, 1)
+    lease = claimed.lease
+    group = GroupCommit(recording, step_row_after=60)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        await group.start_step(lease, 0, "s0", "{}")
+        await group.complete_step(lease, 0, "0")
+        assert recording.batches == [], "a step's end is written behind, its start not at all"
+        with anyio.fail_after(5):  # nothing waits for company
+            await group.start_step(lease, 1, "s1", "{}")
+        assert await sql.fetchval("SELECT status FROM workflow_steps") == "succeeded", (
+            "the step before committed before the next one began"
+        )
+        await group.complete_step(lease, 1, "1")
+        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
+        flusher.cancel_scope.cancel()
+    assert [(len(steps), len(settled)) for steps, settled in recording.batches] == [(1, 0), (0, 1)]
+    assert recording.batches[1][1][0].step == written(recording)[1]
+    assert group.flushes == 2 and group.writes == 3
+    rows = await sql.fetch("SELECT step_index, status, attempts FROM workflow_steps ORDER BY 1")
+    assert [tuple(r) for r in rows] == [(0, "succeeded", 1), (1, "succeeded", 1)]
+    assert await sql.fetchval("SELECT status FROM workflows") == "succeeded"
+
+
+async def test_concurrent_workflows_share_flushes(recording: RecordingStore) -> None:
     claimed = await leased(recording, 20)
     group = GroupCommit(recording, step_row_after=60)
     async with anyio.create_task_group() as flusher:
         flusher.start_soon(group.run)
-        lone = claimed[0].lease
-        await group.start_step(lone, 0, "s0", "{}")
-        assert recording.batches == [], "a step's running row waits for the step to run long"
-        with anyio.fail_after(5):
-            await group.complete_step(lone, 0, "1")
-        assert group.flushes == 1 and len(recording.batches) == 1, "nothing waited for company"
-
-        async def one(lease: Lease) -> None:
-            await group.start_step(lease, 0, "s0", "{}")
-            await group.complete_step(lease, 0, "1")
-            await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
-
         async with anyio.create_task_group() as workflows:
-            for item in claimed[1:]:
-                workflows.start_soon(one, item.lease)
+            for item in claimed:
+                workflows.start_soon(run_steps, group, item.lease, 3)
         flusher.cancel_scope.cancel()
-    writes = sum(len(s) + len(x) for s, x in recording.batches[1:])
-    assert writes == 38
-    assert len(recording.batches) - 1 <= 6, (
-        f"38 writes of 19 workflows took {len(recording.batches) - 1} flushes"
-    )
+    assert group.writes == 80  # 60 step ends and 20 settlements
+    assert group.flushes <= 8, f"20 three-step workflows took {group.flushes} flushes"
     for steps, settlements in recording.batches:
-        workflows_stepped = {w.lease.workflow_id for w in steps}
-        assert not workflows_stepped & {s.lease.workflow_id for s in settlements}, (
-            "a flush never writes a workflow's row and its step rows both"
-        )
-    assert [w.status for s, _ in recording.batches for w in s] == [StepStatus.SUCCEEDED] * 20, (
+        assert not {w.lease.workflow_id for w in steps} & {
+            x.lease.workflow_id for x in settlements
+        }, "a flush never writes a workflow's row and its step rows both"
+    assert {w.status for w in written(recording)} == {StepStatus.SUCCEEDED}, (
         "fast steps wrote one row each, with their output, and no running row"
     )
 
@@ -232,14 +259,17 @@ async def test_a_long_step_gets_its_running_row_while_it_runs(
 
         await eventually(running_row, timeout=5, what="the long step's running row")
         await group.complete_step(lease, 0, "1")
+        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
         flusher.cancel_scope.cancel()
     row = await sql.fetchrow(
         "SELECT status, attempts, completed_at - started_at AS took FROM workflow_steps"
     )
     assert (row["status"], row["attempts"]) == ("succeeded", 1)
     assert row["took"].total_seconds() >= 0.05
-    statuses = [w.status for s, _ in recording.batches for w in s]
-    assert statuses == [StepStatus.RUNNING, StepStatus.SUCCEEDED]
+    assert [(w.status, w.new_try) for w in written(recording)] == [
+        (StepStatus.RUNNING, True),
+        (StepStatus.SUCCEEDED, False),
+    ]
 
 
 async def test_running_rows_written_late_land_beside_other_writes(
@@ -249,26 +279,21 @@ async def test_running_rows_written_late_land_beside_other_writes(
     group = GroupCommit(recording, step_row_after=0.05)
     async with anyio.create_task_group() as flusher:
         flusher.start_soon(group.run)
-        await group.start_step(long, 0, "s0", "{}")
-        await anyio.sleep(0.06)  # the long step's running row goes out at the next tick
-
-        async def quick(lease: Lease) -> None:  # ends as the tick fires
-            await group.start_step(lease, 0, "s0", "{}")
-            await anyio.sleep(0.04)
-            await group.complete_step(lease, 0, "1")
-
-        async with anyio.create_task_group() as writers:
+        async with anyio.create_task_group() as workflows:
+            workflows.start_soon(run_steps, group, long, 1, 0.3)
+            await anyio.sleep(0.06)  # the long step's running row goes out at the next tick
             for lease in fast:
-                writers.start_soon(quick, lease)
-        await group.complete_step(long, 0, "2")
+                workflows.start_soon(run_steps, group, lease, 2, 0.02)
         flusher.cancel_scope.cancel()
-    rows = await sql.fetch("SELECT workflow_id, status, attempts FROM workflow_steps")
-    assert {(r["workflow_id"], r["status"], r["attempts"]) for r in rows} == {
-        (lease.workflow_id, "succeeded", 1) for lease in (long, *fast)
+    rows = await sql.fetch("SELECT workflow_id, step_index, status, attempts FROM workflow_steps")
+    assert {tuple(r) for r in rows} == {(long.workflow_id, 0, "succeeded", 1)} | {
+        (lease.workflow_id, i, "succeeded", 1) for lease in fast for i in (0, 1)
     }
-    written = [w for steps, _ in recording.batches for w in steps if w.lease == long]
-    assert [w.status for w in written] == [StepStatus.RUNNING, StepStatus.SUCCEEDED]
-    assert [w.new_try for w in written] == [True, False]
+    mine = [w for w in written(recording) if w.lease == long]
+    assert [(w.status, w.new_try) for w in mine] == [
+        (StepStatus.RUNNING, True),
+        (StepStatus.SUCCEEDED, False),
+    ]
 
 
 async def test_with_step_row_after_0_the_running_row_is_written_before_the_body(
@@ -281,6 +306,7 @@ async def test_with_step_row_after_0_the_running_row_is_written_before_the_body(
         await group.start_step(claimed.lease, 0, "s0", "{}")
         assert await sql.fetchval("SELECT status FROM workflow_steps") == "running"
         await group.complete_step(claimed.lease, 0, "1")
+        await group.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
         flusher.cancel_scope.cancel()
     row = await sql.fetchrow("SELECT status, attempts FROM workflow_steps")
     assert (row["status"], row["attempts"]) == ("succeeded", 1)
@@ -296,8 +322,9 @@ async def test_a_zombie_write_is_refused_while_the_rest_of_its_flush_lands(
 
     async def write(lease: Lease) -> None:
         await group.start_step(lease, 0, "s0", "{}")
+        await group.complete_step(lease, 0, "1")
         try:
-            await group.complete_step(lease, 0, "1")
+            await group.start_step(lease, 1, "s1", "{}")  # only once step 0 has committed
         except LeaseLostError as exc:
             outcomes[lease.workflow_id] = f"lost: {exc}"
         else:
@@ -316,6 +343,27 @@ async def test_a_zombie_write_is_refused_while_the_rest_of_its_flush_lands(
     )
     rows = await sql.fetch("SELECT workflow_id FROM workflow_steps")
     assert [r["workflow_id"] for r in rows] == [kept.workflow_id]
+
+
+async def test_a_failed_flush_is_raised_and_its_step_ends_go_out_again(
+    recording: RecordingStore, sql: asyncpg.Connection
+) -> None:
+    [claimed] = await leased(recording, 1)
+    lease = claimed.lease
+    group = GroupCommit(recording, step_row_after=60)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        await group.start_step(lease, 0, "s0", "{}")
+        await group.complete_step(lease, 0, "1")
+        await recording.close()  # the next flush fails
+        with pytest.raises(FrameworkError):
+            await group.start_step(lease, 1, "s1", "{}")
+        await recording.open()
+        await group.start_step(lease, 1, "s1", "{}")  # what an attempt's retry does
+        flusher.cancel_scope.cancel()
+    assert (
+        await sql.fetchval("SELECT status FROM workflow_steps WHERE step_index = 0") == "succeeded"
+    )
 
 
 # -- a crash in the middle of a flush -----------------------------------------------------------
