@@ -140,29 +140,62 @@ def _settle() -> tuple[Any, Any]:
     return settled, recorded
 
 
-def flush_statement() -> sa.Executable:
-    """The flush: every step write and settlement of :func:`flush_params`; it returns the
-    step rows (``workflows``, ``indexes``) and workflows (``settled``) that landed."""
-    tried, ended = _put_steps(True), _put_steps(False)
-    settled, recorded = _settle()
-    last_tried, last_ended = _put_steps(True, settled), _put_steps(False, settled)
-    landed = sa.union_all(
-        sa.select(tried.c.workflow_id, tried.c.step_index),
-        sa.select(ended.c.workflow_id, ended.c.step_index),
-    ).subquery("landed")
-    steps = sa.select(
-        sa.func.array_agg(landed.c.workflow_id).label("workflows"),
-        sa.func.array_agg(landed.c.step_index).label("indexes"),
-    ).subquery("steps")
-    return (
-        sa.select(
-            steps.c.workflows,
-            steps.c.indexes,
-            sa.select(sa.func.array_agg(settled.c.id)).scalar_subquery().label("settled"),
+TRIED, ENDED, SETTLED, TRIED_LAST, ENDED_LAST = (
+    "tried",
+    "ended",
+    "settled",
+    "tried_last",
+    "ended_last",
+)
+"""What a flush may hold: step rows that count a new try or end one, settlements, and the
+settlements' last steps of either kind. A flush's statement has only the parts it needs."""
+
+
+def flush_kinds(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> frozenset[str]:
+    """The parts of :func:`flush_statement` that these writes need."""
+    kinds = {TRIED if write.new_try else ENDED for write in steps}
+    if settlements:
+        kinds.add(SETTLED)
+        kinds.update(
+            TRIED_LAST if x.step.new_try else ENDED_LAST for x in settlements if x.step is not None
         )
-        .select_from(steps)
-        .add_cte(recorded, last_tried, last_ended)
-    )
+    return frozenset(kinds)
+
+
+def flush_statement(kinds: frozenset[str]) -> sa.Executable:
+    """The flush of writes of ``kinds`` (:func:`flush_kinds`), with the parameters of
+    :func:`flush_params`; it returns the step rows (``workflows``, ``indexes``) and the
+    workflows (``settled``) that landed."""
+    puts = [
+        _put_steps(new_try) for kind, new_try in ((TRIED, True), (ENDED, False)) if kind in kinds
+    ]
+    landed = [sa.select(put.c.workflow_id, put.c.step_index) for put in puts]
+    columns: list[Any] = [sa.null().label("workflows"), sa.null().label("indexes")]
+    steps = None
+    if landed:
+        rows = (sa.union_all(*landed) if len(landed) > 1 else landed[0]).subquery("landed")
+        steps = sa.select(
+            sa.func.array_agg(rows.c.workflow_id).label("workflows"),
+            sa.func.array_agg(rows.c.step_index).label("indexes"),
+        ).subquery("steps")
+        columns = [steps.c.workflows, steps.c.indexes]
+    also: list[Any] = []
+    if SETTLED in kinds:
+        settled, recorded = _settle()
+        columns.append(
+            sa.select(sa.func.array_agg(settled.c.id)).scalar_subquery().label("settled")
+        )
+        also = [recorded] + [
+            _put_steps(new_try, settled)
+            for kind, new_try in ((TRIED_LAST, True), (ENDED_LAST, False))
+            if kind in kinds
+        ]
+    else:
+        columns.append(sa.null().label("settled"))
+    statement = sa.select(*columns)
+    if steps is not None:
+        statement = statement.select_from(steps)
+    return statement.add_cte(*also) if also else statement
 
 
 def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> Params:

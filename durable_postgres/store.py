@@ -157,7 +157,8 @@ class PostgresStore(SQLStore):
             else None
         )
         self._wakeup: anyio.Event | None = None
-        self._flush = flush.flush_statement()
+        self._flushes: dict[frozenset[str], sa.Executable] = {}
+        """The flush statement for each mix of writes, built when first needed."""
 
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
         return await self.connector.connect(timeout)
@@ -183,8 +184,12 @@ class PostgresStore(SQLStore):
     ) -> tuple[list[bool], list[bool]]:
         """Write these step rows and settlements in one statement, each fenced by its own
         lease; whether each landed, in order (see :class:`~durable_core.store.BatchWriter`)."""
+        kinds = flush.flush_kinds(steps, settlements)
+        statement = self._flushes.get(kinds)
+        if statement is None:
+            statement = self._flushes[kinds] = flush.flush_statement(kinds)
         params = flush.flush_params(steps, settlements)
-        [row] = await self._fetch("write_batch", self._flush, params)
+        [row] = await self._fetch("write_batch", statement, params)
         return flush.landed(row, steps, settlements)
 
     # -- claiming -------------------------------------------------------------
