@@ -255,6 +255,10 @@ class GroupCommit:
             for owed in self._unsent_after(batch):
                 owed.batch = None  # sent again by the next flush
                 self._unsent.append(owed)
+            for settlement in batch.settlements:  # owed again, for the settle's retry to carry
+                if settlement.step is not None:
+                    workflow = settlement.lease.workflow_id
+                    self._owed.setdefault(workflow, []).insert(0, _Owed(settlement.step))
         self.flushes += 1
         self.writes += len(batch.steps) + sum(2 if x.step else 1 for x in batch.settlements)
         batch.done.set()

@@ -360,10 +360,16 @@ async def test_a_failed_flush_is_raised_and_its_step_ends_go_out_again(
             await group.start_step(lease, 1, "s1", "{}")
         await recording.open()
         await group.start_step(lease, 1, "s1", "{}")  # what an attempt's retry does
+        await group.complete_step(lease, 1, "2")
+        await recording.close()  # the settlement's flush fails, its last step with it
+        with pytest.raises(FrameworkError):
+            await group.settle(lease, WorkflowStatus.SUCCEEDED, output="2")
+        await recording.open()
+        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="2")
         flusher.cancel_scope.cancel()
-    assert (
-        await sql.fetchval("SELECT status FROM workflow_steps WHERE step_index = 0") == "succeeded"
-    )
+    rows = await sql.fetch("SELECT step_index, status, attempts FROM workflow_steps ORDER BY 1")
+    assert [tuple(r) for r in rows] == [(0, "succeeded", 1), (1, "succeeded", 1)]
+    assert await sql.fetchval("SELECT status FROM workflows") == "succeeded"
 
 
 # -- a crash in the middle of a flush -----------------------------------------------------------
