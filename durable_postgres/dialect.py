@@ -59,6 +59,8 @@ CHANNEL = "durable_workflows"
 """The ``NOTIFY`` channel that enqueueing signals and idle workers listen on."""
 CANCEL_CHANNEL = "durable_cancel"
 """The ``NOTIFY`` channel a cancel announces its workflow's id on, for the worker running it."""
+SCHEDULE_CHANNEL = "durable_schedules"
+"""The ``NOTIFY`` channel a schedule's addition or change is announced on, for the schedulers."""
 
 
 class PostgresDialect(SQLDialect):
@@ -94,6 +96,9 @@ class PostgresDialect(SQLDialect):
 
     def announce_cancel(self, statement: sa.Update) -> sa.Executable:
         return statement.returning(sa.func.pg_notify(const(CANCEL_CHANNEL), wf.c.id))
+
+    def announce_schedules(self, statement: sa.Insert | sa.Update) -> sa.Executable:
+        return statement.returning(sa.func.pg_notify(const(SCHEDULE_CHANNEL), const("")))
 
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
