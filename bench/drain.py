@@ -38,7 +38,14 @@ async def drain(url: str, count: int, concurrency: int) -> float:
             "WORKFLOW_POLL_INTERVAL_MS": "100",
             "DURABLE_BLOCK_PLUGINS": DEV_PLUGINS,
         }
-        command = [sys.executable, "-m", "durable_core", "--log-level", os.environ.get("DURABLE_LOG_LEVEL", "WARNING"), "worker"]
+        command = [
+            sys.executable,
+            "-m",
+            "durable_core",
+            "--log-level",
+            os.environ.get("DURABLE_LOG_LEVEL", "WARNING"),
+            "worker",
+        ]
         worker = subprocess.Popen([*command, "--app", "bench.app"], env=env)
         try:
             left = "SELECT count(*) FROM workflows WHERE status <> 'succeeded'"

@@ -1,9 +1,13 @@
 """The scheduler each worker runs: it starts the workflows of the schedules' due ticks.
 
-Every worker runs one. Each wakes at the soonest next tick (or after the poll
-interval, to see schedules added meanwhile), reads the due schedules and fires
-each: the store moves the schedule's next tick on only if no other worker has
-(a conditional UPDATE), and starts the tick's workflows in the same
+Every worker runs one. Each wakes at the soonest next tick, reads the due
+schedules and fires each. On a store that announces schedule changes
+(:class:`~durable_core.store.ScheduleFeed`: PostgreSQL's ``NOTIFY``) it also
+wakes when a schedule is added or changed, and otherwise sleeps (looking again
+once a minute at most), so it costs next to nothing while there is no schedule;
+on any other store it also wakes after the poll interval, to see schedules added
+meanwhile. Firing: the store moves the schedule's next tick on only if no other
+worker has (a conditional UPDATE), and starts the tick's workflows in the same
 transaction, under ids derived from the schedule and the tick. So each tick
 starts exactly one workflow however many workers run.
 """
@@ -22,7 +26,7 @@ from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from .records import DEFAULT_QUEUE, NewWorkflow
 from .registry import Registry
 from .schedules import ScheduleRecord, plan, tick_workflow_id
-from .store import Store
+from .store import ScheduleFeed, Store
 
 logger = logging.getLogger("durable_core.scheduler")
 
@@ -32,6 +36,9 @@ TICK_HEADER = "durable-schedule-tick"
 
 _MIN_WAIT = 0.01
 """Seconds between two looks at a tick that is due but was not fired (lost to a pause)."""
+_RECHECK = 60.0
+"""Seconds between two looks at the schedules when the store announces their changes
+(only in case one announcement was lost without the connection that hears them)."""
 
 
 class Scheduler:
@@ -53,10 +60,21 @@ class Scheduler:
         self.clock = clock
         self.fired = 0
         """How many ticks this scheduler has started a workflow for."""
+        self._changed: anyio.Event | None = None
+        # Registered now, before the worker's first claim opens the LISTEN connection.
+        self._announced = isinstance(store, ScheduleFeed) and store.on_schedule_change(
+            self._on_change
+        )
+
+    def _on_change(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
 
     async def run(self) -> None:
         """Fire due ticks until cancelled; a failing store is retried at the poll interval."""
         while True:
+            # A change announced from here on (while reading, too) cuts the sleep short.
+            self._changed = changed = anyio.Event()
             try:
                 await self.fire_due()
                 wait = await self.seconds_to_next_tick()
@@ -66,15 +84,17 @@ class Scheduler:
             except FrameworkError as exc:
                 logger.error("scheduler: %s", exc, extra=self._fields())
                 wait = self.config.poll_interval
-            await anyio.sleep(wait)
+            with anyio.move_on_after(wait):
+                await changed.wait()
 
     async def seconds_to_next_tick(self) -> float:
-        """How long to sleep: until the soonest tick, at most the poll interval."""
+        """How long to sleep: until the soonest tick; at most the poll interval on a store
+        that does not announce schedule changes."""
         soonest = await self.store.next_schedule_tick()
-        poll = self.config.poll_interval
+        longest = _RECHECK if self._announced else self.config.poll_interval
         if soonest is None:
-            return poll
-        return max(_MIN_WAIT, min(poll, (soonest - self.clock()).total_seconds()))
+            return longest
+        return max(_MIN_WAIT, min(longest, (soonest - self.clock()).total_seconds()))
 
     async def fire_due(self) -> int:
         """Fire every schedule due now; how many workflows this call started."""

@@ -350,6 +350,18 @@ class CancelFeed(Protocol):
 
 
 @runtime_checkable
+class ScheduleFeed(Protocol):
+    """A store that hears schedules change as it happens, so a worker's scheduler sleeps
+    until the next tick instead of polling for schedules added meanwhile."""
+
+    def on_schedule_change(self, handler: Callable[[], None]) -> bool:
+        """Call ``handler()`` whenever any process adds, changes, pauses or resumes a schedule,
+        and whenever such news may have gone unheard (the feed was re-established); False if
+        this instance cannot (then nothing is called)."""
+        ...
+
+
+@runtime_checkable
 class EmbeddedDatabase(Protocol):
     """A database server the library can start itself, for use without any set-up."""
 

@@ -51,6 +51,7 @@ class Listener:
         self._wakeup: anyio.Event | None = None
         self._closed = False
         self._handlers: dict[str, Callable[[str], None]] = {}
+        self._on_open: list[Callable[[], None]] = []
 
     def add_handler(self, channel: str, handler: Callable[[str], None]) -> None:
         """Also listen on ``channel``, calling ``handler(payload)`` for each notification.
@@ -58,6 +59,11 @@ class Listener:
         Takes effect when the connection is next opened: add handlers before listening.
         """
         self._handlers[channel] = handler
+
+    def add_open_handler(self, handler: Callable[[], None]) -> None:
+        """Call ``handler()`` each time the connection is opened, the first time included:
+        what was notified while nobody listened is gone."""
+        self._on_open.append(handler)
 
     def listening(self) -> bool:
         """Whether the ``LISTEN`` connection is open now."""
@@ -121,7 +127,7 @@ class Listener:
             try:
                 conn = await self._connect(timeout)
                 await conn.add_listener(self._channel, self._on_notify)
-                for channel in self._handlers:
+                for channel in list(self._handlers):
                     await conn.add_listener(channel, self._on_handled)
             except Exception as exc:
                 if conn is not None:
@@ -141,6 +147,11 @@ class Listener:
             self._conn = conn
             conn.add_termination_listener(self._on_closed)
             self._backoff = _BACKOFF_MIN
+            for handler in self._on_open:
+                try:
+                    handler()
+                except Exception:
+                    logger.exception("handling a new listening connection failed")
             return True
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, _payload: object) -> None:

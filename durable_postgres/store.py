@@ -25,7 +25,7 @@ from durable_core.sql.rows import claimed_from_row
 
 from . import flush
 from .connector import AsyncpgConnector
-from .dialect import CANCEL_CHANNEL, CHANNEL, PostgresDialect, PostgresStatements
+from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect, PostgresStatements
 from .listener import Listener
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -159,6 +159,7 @@ class PostgresStore(SQLStore):
         self._wakeup: anyio.Event | None = None
         self._flushes: dict[frozenset[str], sa.Executable] = {}
         """The flush statement for each mix of writes, built when first needed."""
+        self._schedule_handlers: list[Callable[[], None]] = []
 
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
         return await self.connector.connect(timeout)
@@ -239,6 +240,22 @@ class PostgresStore(SQLStore):
             return False
         self._listener.add_handler(CANCEL_CHANNEL, handler)
         return True
+
+    def on_schedule_change(self, handler: Callable[[], None]) -> bool:
+        """Call ``handler()`` whenever any process adds, changes, pauses or resumes a schedule,
+        and each time the ``LISTEN`` connection the claim opens is (re)opened. False when this
+        store does not listen."""
+        if self._listener is None:
+            return False
+        if not self._schedule_handlers:
+            self._listener.add_handler(SCHEDULE_CHANNEL, lambda _payload: self._schedules_changed())
+            self._listener.add_open_handler(self._schedules_changed)
+        self._schedule_handlers.append(handler)
+        return True
+
+    def _schedules_changed(self) -> None:
+        for handler in self._schedule_handlers:
+            handler()
 
     async def _until_next_due(self, timeout: float) -> float:
         """``timeout``, shortened to when the next sleep ends or delayed start falls due."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import anyio
 import pytest
@@ -22,11 +23,12 @@ from durable_core import (
     workflow,
 )
 from durable_core.config import WorkflowConfig
+from durable_core.queues import Queue, Route
 from durable_core.registry import Registry
 from durable_core.schedule_admin import save_declared
 from durable_core.scheduler import Scheduler
 from durable_core.schedules import ScheduleRecord, tick_workflow_id
-from durable_core.store import Store
+from durable_core.store import Claimer, ScheduleFeed, Store
 from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio
@@ -189,3 +191,38 @@ async def test_declared_schedules_are_saved_at_worker_start_and_keep_their_pause
     changed: ScheduleRecord = await DurableClient(store).get_schedule("cleanup")
     assert changed.paused, "a redeploy does not resume a paused schedule"
     assert (changed.timezone, changed.next_tick.hour) == ("Asia/Tokyo", 18)  # 03:00 JST
+
+
+async def test_a_store_that_announces_changes_wakes_the_scheduler_for_them_not_on_a_poll(
+    store: Store,
+) -> None:
+    """On PostgreSQL the scheduler reads the schedules, then sleeps until one is added or
+    a tick falls due: no look at the table every poll interval while there is none."""
+    if not isinstance(store, ScheduleFeed):
+        pytest.skip("this store does not announce schedule changes: its scheduler polls")
+    looks = 0
+    next_schedule_tick = store.next_schedule_tick
+
+    async def counted() -> datetime | None:
+        nonlocal looks
+        looks += 1
+        return await next_schedule_tick()
+
+    store.next_schedule_tick = counted  # type: ignore[method-assign]
+    fast = WorkflowConfig(poll_interval_ms=20)
+    running = Scheduler(store, fast, Registry(), worker_id="w1")
+    claimer = cast(Claimer, store)  # a worker's first claim opens the LISTEN connection
+    routes = [Route(Queue("default"), ("report",), 1)]
+    await claimer.claim(worker_id="w1", limit=1, lease_seconds=30, routes=routes)
+    async with anyio.create_task_group() as group:
+        group.start_soon(running.run)
+        await anyio.sleep(1.0)
+        assert looks <= 2, f"{looks} looks at the schedules in 1 s without any (poll 20 ms)"
+        await DurableClient(store).add_schedule(
+            "soon", report, Schedule("* * * * * *", args=("soon",))
+        )
+        with anyio.fail_after(5):
+            while running.fired == 0:  # noqa: ASYNC110 (the scheduler sets no event)
+                await anyio.sleep(0.05)
+        group.cancel_scope.cancel()
+    assert await ids(store) != set()

@@ -106,6 +106,11 @@ class SQLDialect:
         """``statement``, made to wake idle workers when it commits (where the database can)."""
         return statement
 
+    def announce_schedules(self, statement: sa.Insert | sa.Update) -> sa.Executable:
+        """``statement``, which adds or changes a schedule, made to tell the workers'
+        schedulers when it commits (where the database can; else they poll)."""
+        return statement
+
     def announce_cancel(self, statement: sa.Update) -> sa.Executable:
         """``statement``, which cancels workflows, made to tell the workers running them to
         stop at once when it commits (where the database can; else they find out at

@@ -78,15 +78,18 @@ class ScheduleStatements:
             name: param(f"new_{name}", sc.c[name].type)
             for name in (*_DEFINITION, "missed", "paused")
         }
-        self.add = sc.insert().values(name=param("sched"), created_at=now, updated_at=now, **values)
-        self.update = (
+        announce = dialect.announce_schedules
+        self.add = announce(
+            sc.insert().values(name=param("sched"), created_at=now, updated_at=now, **values)
+        )
+        self.update = announce(
             sc.update()
             .where(named)
             .values(updated_at=now, missed=values["missed"], **{k: values[k] for k in _DEFINITION})
         )
         self.get = sa.select(sc).where(named)
         self.list = sa.select(sc).order_by(sc.c.name)
-        self.set_paused = (
+        self.set_paused = announce(
             sc.update()
             .where(named)
             .values(
