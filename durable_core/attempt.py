@@ -367,9 +367,10 @@ class Attempt:
             f"{claimed.deadline} passed"
         )
         error = dump_error(error_record(exc, step_index=None, step_name=None))
+        # Recorded first: whoever sees the workflow cancelled sees why in its history.
+        await self._record_end("timed_out", error)
         with contextlib.suppress(InvalidStateError):  # it ended meanwhile
             await self.store.cancel_workflow(claimed.id, error)
-        await self._record_end("timed_out", error)
         logger.warning(
             "workflow %s timed out and was cancelled",
             claimed.name,
