@@ -193,13 +193,14 @@ async def test_declared_schedules_are_saved_at_worker_start_and_keep_their_pause
     assert (changed.timezone, changed.next_tick.hour) == ("Asia/Tokyo", 18)  # 03:00 JST
 
 
+@pytest.mark.parametrize("sqlite_or_postgres", ["postgresql"], indirect=True)
 async def test_a_store_that_announces_changes_wakes_the_scheduler_for_them_not_on_a_poll(
-    store: Store,
+    sqlite_or_postgres: Store,
 ) -> None:
     """On PostgreSQL the scheduler reads the schedules, then sleeps until one is added or
     a tick falls due: no look at the table every poll interval while there is none."""
-    if not isinstance(store, ScheduleFeed):
-        pytest.skip("this store does not announce schedule changes: its scheduler polls")
+    store = sqlite_or_postgres
+    assert isinstance(store, ScheduleFeed), "PostgreSQL announces schedule changes"
     looks = 0
     next_schedule_tick = store.next_schedule_tick
 
