@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 import anyio
 import asyncpg
@@ -179,6 +180,15 @@ async def recording(postgres_url: str, pg: PostgresStore) -> AsyncIterator[Recor
         await store.close()
 
 
+@asynccontextmanager
+async def flushing(group: GroupCommit) -> AsyncIterator[None]:
+    """``group``'s flusher running for the block."""
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(group.run)
+        yield
+        flusher.cancel_scope.cancel()
+
+
 def written(store: RecordingStore) -> list[StepWrite]:
     """Every step write the store was sent, those that went with a settlement included."""
     return [
@@ -203,8 +213,7 @@ async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_se
     [claimed] = await leased(recording, 1)
     lease = claimed.lease
     group = GroupCommit(recording, step_row_after=60)
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
+    async with flushing(group):
         await group.start_step(lease, 0, "s0", "{}")
         await group.complete_step(lease, 0, "0")
         assert recording.batches == [], "a step's end is written behind, its start not at all"
@@ -215,7 +224,6 @@ async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_se
         )
         await group.complete_step(lease, 1, "1")
         await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
-        flusher.cancel_scope.cancel()
     assert [(len(steps), len(settled)) for steps, settled in recording.batches] == [(1, 0), (0, 1)]
     assert recording.batches[1][1][0].step == written(recording)[1]
     assert group.flushes == 2 and group.writes == 3
@@ -227,12 +235,9 @@ async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_se
 async def test_concurrent_workflows_share_flushes(recording: RecordingStore) -> None:
     claimed = await leased(recording, 20)
     group = GroupCommit(recording, step_row_after=60)
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
-        async with anyio.create_task_group() as workflows:
-            for item in claimed:
-                workflows.start_soon(run_steps, group, item.lease, 3)
-        flusher.cancel_scope.cancel()
+    async with flushing(group), anyio.create_task_group() as workflows:
+        for item in claimed:
+            workflows.start_soon(run_steps, group, item.lease, 3)
     assert group.writes == 80  # 60 step ends and 20 settlements
     assert group.flushes <= 8, f"20 three-step workflows took {group.flushes} flushes"
     for steps, settlements in recording.batches:
@@ -250,8 +255,7 @@ async def test_a_long_step_gets_its_running_row_while_it_runs(
     [claimed] = await leased(recording, 1)
     lease = claimed.lease
     group = GroupCommit(recording, step_row_after=0.05)
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
+    async with flushing(group):
         await group.start_step(lease, 0, "s0", "{}")
 
         async def running_row() -> bool:
@@ -260,7 +264,6 @@ async def test_a_long_step_gets_its_running_row_while_it_runs(
         await eventually(running_row, timeout=5, what="the long step's running row")
         await group.complete_step(lease, 0, "1")
         await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
-        flusher.cancel_scope.cancel()
     row = await sql.fetchrow(
         "SELECT status, attempts, completed_at - started_at AS took FROM workflow_steps"
     )
@@ -277,14 +280,11 @@ async def test_running_rows_written_late_land_beside_other_writes(
 ) -> None:
     long, *fast = (w.lease for w in await leased(recording, 6))
     group = GroupCommit(recording, step_row_after=0.05)
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
-        async with anyio.create_task_group() as workflows:
-            workflows.start_soon(run_steps, group, long, 1, 0.3)
-            await anyio.sleep(0.06)  # the long step's running row goes out at the next tick
-            for lease in fast:
-                workflows.start_soon(run_steps, group, lease, 2, 0.02)
-        flusher.cancel_scope.cancel()
+    async with flushing(group), anyio.create_task_group() as workflows:
+        workflows.start_soon(run_steps, group, long, 1, 0.3)
+        await anyio.sleep(0.06)  # the long step's running row goes out at the next tick
+        for lease in fast:
+            workflows.start_soon(run_steps, group, lease, 2, 0.02)
     rows = await sql.fetch("SELECT workflow_id, step_index, status, attempts FROM workflow_steps")
     assert {tuple(r) for r in rows} == {(long.workflow_id, 0, "succeeded", 1)} | {
         (lease.workflow_id, i, "succeeded", 1) for lease in fast for i in (0, 1)
@@ -301,13 +301,11 @@ async def test_with_step_row_after_0_the_running_row_is_written_before_the_body(
 ) -> None:
     [claimed] = await leased(recording, 1)
     group = GroupCommit(recording, step_row_after=0)
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
+    async with flushing(group):
         await group.start_step(claimed.lease, 0, "s0", "{}")
         assert await sql.fetchval("SELECT status FROM workflow_steps") == "running"
         await group.complete_step(claimed.lease, 0, "1")
         await group.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
-        flusher.cancel_scope.cancel()
     row = await sql.fetchrow("SELECT status, attempts FROM workflow_steps")
     assert (row["status"], row["attempts"]) == ("succeeded", 1)
 
@@ -330,12 +328,9 @@ async def test_a_zombie_write_is_refused_while_the_rest_of_its_flush_lands(
         else:
             outcomes[lease.workflow_id] = "landed"
 
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
-        async with anyio.create_task_group() as writers:
-            writers.start_soon(write, kept)
-            writers.start_soon(write, lost)
-        flusher.cancel_scope.cancel()
+    async with flushing(group), anyio.create_task_group() as writers:
+        writers.start_soon(write, kept)
+        writers.start_soon(write, lost)
     assert len(recording.batches) == 1, "both writes went out in one flush"
     assert outcomes[kept.workflow_id] == "landed"
     assert outcomes[lost.workflow_id].startswith(
@@ -351,8 +346,7 @@ async def test_a_failed_flush_is_raised_and_its_step_ends_go_out_again(
     [claimed] = await leased(recording, 1)
     lease = claimed.lease
     group = GroupCommit(recording, step_row_after=60)
-    async with anyio.create_task_group() as flusher:
-        flusher.start_soon(group.run)
+    async with flushing(group):
         await group.start_step(lease, 0, "s0", "{}")
         await group.complete_step(lease, 0, "1")
         await recording.close()  # the next flush fails
@@ -366,7 +360,6 @@ async def test_a_failed_flush_is_raised_and_its_step_ends_go_out_again(
             await group.settle(lease, WorkflowStatus.SUCCEEDED, output="2")
         await recording.open()
         await group.settle(lease, WorkflowStatus.SUCCEEDED, output="2")
-        flusher.cancel_scope.cancel()
     rows = await sql.fetch("SELECT step_index, status, attempts FROM workflow_steps ORDER BY 1")
     assert [tuple(r) for r in rows] == [(0, "succeeded", 1), (1, "succeeded", 1)]
     assert await sql.fetchval("SELECT status FROM workflows") == "succeeded"
