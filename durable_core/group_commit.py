@@ -243,7 +243,10 @@ class GroupCommit:
                         owed.batch, owed.position = batch, len(batch.steps)
                         batch.steps.append(owed.write)
                 self._unsent.clear()
-                await self._flush(batch)
+                if batch.steps or batch.settlements:
+                    await self._flush(batch)
+                else:  # all it was woken for went out with an earlier flush, or was folded
+                    batch.done.set()
 
     async def _flush(self, batch: _Batch) -> None:
         try:
