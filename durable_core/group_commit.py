@@ -121,7 +121,7 @@ class GroupCommit:
         if self.step_row_after <= 0:
             start.state, start.written = _WRITING, anyio.Event()
             try:
-                landed = await self._write_step(self._running_row(start, 0.0))
+                landed = await self._write_step(self._running_row(start))
             finally:
                 start.written.set()
             self._started(key, start, landed)
@@ -282,7 +282,7 @@ class GroupCommit:
             for key, start in due:
                 del self._unwritten[key]
                 start.state, start.written = _WRITING, anyio.Event()
-                positions.append(self._add_step(self._running_row(start, now - start.began)))
+                positions.append(self._add_step(self._running_row(start)))
             self._ready.set()
             try:
                 await batch.done.wait()
@@ -305,9 +305,9 @@ class GroupCommit:
     # -- helpers -------------------------------------------------------------------------------
 
     @staticmethod
-    def _running_row(start: _Start, ran: float) -> StepWrite:
+    def _running_row(start: _Start) -> StepWrite:
         return StepWrite(
-            start.lease, start.index, start.name, StepStatus.RUNNING, start.input, ran_seconds=ran
+            start.lease, start.index, start.name, StepStatus.RUNNING, start.input, began=start.began
         )
 
     async def _end_step(
@@ -332,9 +332,10 @@ class GroupCommit:
             self._starts.pop(lease.workflow_id, None)
         self._unwritten.pop(key, None)
         new_try = start.state != _WRITTEN
-        ran = time.monotonic() - start.began if new_try else 0.0
         self._owe(
-            StepWrite(lease, index, start.name, status, start.input, output, error, new_try, ran)
+            StepWrite(
+                lease, index, start.name, status, start.input, output, error, new_try, start.began
+            )
         )
 
     def _owe(self, write: StepWrite) -> None:

@@ -273,8 +273,9 @@ class StepWrite:
     new_try: bool = True
     """The row counts one more try of the step and starts again (``started_at``); False
     ends a row written earlier, or records a durable primitive's result."""
-    ran_seconds: float = 0.0
-    """How long the try has run: a new try's row starts that long before the write."""
+    began: float | None = None
+    """When the try began, by ``time.monotonic()`` in the writing process: a new try's row
+    starts that long before the statement that writes it (``None``: at the write)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ single-row statements (:mod:`durable_core.sql.statements`): the step upsert of
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -199,7 +200,9 @@ def flush_statement(kinds: frozenset[str]) -> sa.Executable:
 
 
 def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> Params:
-    """The parameters of :func:`flush_statement` for these writes."""
+    """The parameters of :func:`flush_statement` for these writes (a new try's row starts
+    as long before the statement's ``now()`` as its try began before this call)."""
+    sent = time.monotonic()
     last = [s.step for s in settlements if s.step is not None]
     settling = [False] * len(steps) + [True] * len(last)
     steps = [*steps, *last]
@@ -213,7 +216,7 @@ def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) 
         "s_output": [w.output for w in steps],
         "s_error": [w.error for w in steps],
         "s_new_try": [w.new_try for w in steps],
-        "s_ran": [w.ran_seconds for w in steps],
+        "s_ran": [0.0 if w.began is None else max(0.0, sent - w.began) for w in steps],
         "s_settling": settling,
         "x_workflow": [s.lease.workflow_id for s in settlements],
         "x_token": [s.lease.token for s in settlements],

@@ -4,6 +4,7 @@ worker SIGKILLed while a flush is in flight."""
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -77,8 +78,8 @@ async def test_one_flush_writes_every_row_and_refuses_a_zombies_one_by_one(
     zombie = c
     current = await reclaim(pg, sql, c)
     steps = [
-        step(a, 0, StepStatus.SUCCEEDED, output="1", ran_seconds=2.0),
-        step(a, 1, StepStatus.RUNNING, ran_seconds=0.5),
+        step(a, 0, StepStatus.SUCCEEDED, output="1", began=time.monotonic() - 2.0),
+        step(a, 1, StepStatus.RUNNING, began=time.monotonic() - 0.5),
         step(b, 0, StepStatus.FAILED, error='{"type":"x"}'),
         step(zombie, 0, StepStatus.SUCCEEDED, output="zombie"),
     ]
@@ -149,7 +150,9 @@ async def test_a_step_ended_after_its_running_row_keeps_one_try_and_its_start(
 ) -> None:
     [claimed] = await leased(pg, 1)
     lease = claimed.lease
-    assert await pg.write_batch([step(lease, 0, StepStatus.RUNNING, ran_seconds=0.2)], []) == (
+    assert await pg.write_batch(
+        [step(lease, 0, StepStatus.RUNNING, began=time.monotonic() - 0.2)], []
+    ) == (
         [True],
         [],
     )
