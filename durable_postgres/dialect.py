@@ -305,9 +305,9 @@ class PostgresStatements(Statements):
         return sa.select(sa.func.extract("epoch", soonest - sa.func.now()).label("seconds"))
 
     def _claim(self, *, quotas: bool) -> sa.Executable:
-        # Routed: a worker claims only the (queue, name) lanes it serves. Each lane is an
-        # ordered, limited, locked scan of ix_workflows_route (no OR, no sort of the
-        # backlog), so the cost grows neither with the backlog nor with rows nobody
+        # Routed: a worker claims only the (queue, name) lanes it serves. Each lane's due
+        # rows are an ordered, limited, locked scan of ix_workflows_route (no OR, no sort
+        # of the backlog), so the cost grows neither with the backlog nor with rows nobody
         # serves nor with the number of waiting workflows. Expired leases come first, then
         # due pending rows and waiting rows whose deadline passed, by priority and run_at.
         limit = param("limit", sa.Integer())
@@ -357,9 +357,30 @@ class PostgresStatements(Statements):
             .with_for_update(skip_locked=True)
             .subquery("expired")
         )
-        candidates = sa.union_all(
-            sa.select(stale), lane_scan(PENDING, "due"), lane_scan(WAITING, "woken")
-        ).cte("candidates")
+        # Waiting rows whose deadline passed, oldest deadline first: one range scan of
+        # ix_workflows_status_run_at, which walks only those (a scan per lane in priority
+        # order would walk every waiting row of the lane to find the few that are due).
+        woken_rows = (
+            sa.select(*columns)
+            .where(
+                wf.c.status == WAITING,
+                wf.c.run_at <= now,
+                sa.tuple_(wf.c.queue, wf.c.name).in_(served),
+            )
+            .order_by(wf.c.run_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .subquery("woken")
+        )
+        woken = sa.select(
+            *woken_rows.c,
+            sa.false().label("stale"),
+            sa.cast(sa.null(), sa.String()).label("crashed_worker"),
+            sa.cast(sa.null(), UTCDateTime()).label("crashed_at"),
+        )
+        candidates = sa.union_all(sa.select(stale), lane_scan(PENDING, "due"), woken).cte(
+            "candidates"
+        )
         order = (candidates.c.stale.desc(), candidates.c.priority.desc(), candidates.c.run_at)
         if not quotas:
             # No queue limit and no per-queue share below the limit: the first rows in order.
