@@ -2,8 +2,8 @@
 
 A durable step only has to be committed before the workflow goes on, not in a
 transaction of its own. Every step row and settlement the worker's attempts write
-is handed to one flusher, and the caller waits until its write has committed; the
-flusher sends everything handed to it since its last flush as one statement
+is handed to one flusher, and the workflow goes on only once its write has committed;
+the flusher sends everything handed to it since its last flush as one statement
 (:meth:`~durable_core.store.BatchWriter.write_batch`), each row fenced by its own
 lease, while the next flush gathers. A lone write goes out at once: no timer delays
 it.
