@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
 from typing import Any
 
 import asyncpg
 
-from bench import sql
+from bench import serving, sql
 from bench.common import plain_dsn
 from durable_core.client import new_workflow_id
 from durable_core.config import WorkflowConfig
@@ -103,56 +101,28 @@ async def run_worker(
     """Claim and run rows until SIGTERM, like ``durable_core worker`` with no framework."""
     dsn = plain_dsn(url)
     pool = await asyncpg.create_pool(dsn, **sql.pool_options("durable_floor"))
-    listener: asyncpg.Connection | None = None
-    notified = asyncio.Event()
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    loop.add_signal_handler(signal.SIGINT, stopping.set)
-    if listen:
-        listener = await asyncpg.connect(dsn, server_settings=sql.SERVER_SETTINGS)
-        await listener.add_listener(sql.CHANNEL, lambda *_: notified.set())
-    worker_id = f"floor:{os.getpid()}"
-    in_flight = 0
-    slot_free = asyncio.Event()
-    tasks: set[asyncio.Task[None]] = set()
 
-    async def run_one(row: asyncpg.Record) -> None:
-        nonlocal in_flight
-        try:
-            # A negative --sleep takes the seconds from the workflow's first argument.
-            seconds = json.loads(row[2])["args"][0] if sleep < 0 else sleep
-            await run_steps(pool, row[0], row[5], steps, seconds)
-        finally:
-            in_flight -= 1
-            slot_free.set()
+    async def claim(worker_id: str, limit: int) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await pool.fetch(sql.CLAIM.sql, *claim_args(worker_id, limit))
+        return rows
 
-    async def wait_any(*events: asyncio.Event, timeout: float) -> None:
-        waiters = [asyncio.ensure_future(event.wait()) for event in events]
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
+    async def run_one(row: asyncpg.Record, worker_id: str) -> None:
+        # A negative --sleep takes the seconds from the workflow's first argument.
+        seconds = json.loads(row[2])["args"][0] if sleep < 0 else sleep
+        await run_steps(pool, row[0], row[5], steps, seconds)
 
-    while not stopping.is_set():
-        free = concurrency - in_flight
-        if free <= 0:
-            slot_free.clear()
-            await wait_any(slot_free, stopping, timeout=60)
-            continue
-        notified.clear()
-        rows = await pool.fetch(sql.CLAIM.sql, *claim_args(worker_id, free))
-        for row in rows:
-            in_flight += 1
-            task = asyncio.create_task(run_one(row))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if len(rows) < free:
-            await wait_any(notified, stopping, timeout=poll_ms / 1000)
-    if tasks:
-        await asyncio.gather(*tasks)
-    if listener is not None:
-        await listener.close()
-    await pool.close()
+    try:
+        await serving.serve(
+            dsn,
+            "durable_floor",
+            concurrency=concurrency,
+            poll_ms=poll_ms,
+            claim=claim,
+            run_one=run_one,
+            listen=listen,
+        )
+    finally:
+        await pool.close()
 
 
 def main() -> None:

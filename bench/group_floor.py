@@ -11,14 +11,13 @@ on a timer. Run as ``python -m bench.group_floor``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import asyncpg
 
-from bench import own_sql
+from bench import own_sql, serving
 
 APPLICATION_NAME = "durable_floor_group"
 
@@ -131,7 +130,7 @@ class GroupCommitter:
 async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) -> None:
     """Claim and run rows until SIGTERM."""
     dsn = own_sql.dsn_of(url)
-    options = own_sql.connect_options(APPLICATION_NAME)
+    options = serving.connect_options(APPLICATION_NAME)
     claimer = await asyncpg.connect(dsn, **options)
     writer = await asyncpg.connect(dsn, **options)
     committer = GroupCommitter(writer)
@@ -154,7 +153,7 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
         await committer.settle(workflow_id, token, str(n), attempt, worker_id, claimed_at)
 
     try:
-        await own_sql.serve(
+        await serving.serve(
             dsn,
             APPLICATION_NAME,
             concurrency=concurrency,
@@ -172,20 +171,7 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
 
 def main() -> None:
     """``python -m bench.group_floor``: a group-commit-floor worker process."""
-    parser = argparse.ArgumentParser(prog="python -m bench.group_floor")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--poll-ms", type=float, default=1000)
-    args = parser.parse_args()
-    asyncio.run(
-        run_worker(
-            args.url,
-            concurrency=args.concurrency,
-            steps=args.steps,
-            poll_ms=args.poll_ms,
-        )
-    )
+    serving.floor_main("bench.group_floor", run_worker)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,9 @@ a separate process like a real worker; the pool has the framework store's bounds
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-
 import asyncpg
 
-from bench import own_sql, sql
+from bench import own_sql, serving, sql
 
 APPLICATION_NAME = "durable_floor_naive"
 
@@ -48,7 +45,7 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
             raise own_sql.LeaseLost(workflow_id)
 
     try:
-        await own_sql.serve(
+        await serving.serve(
             dsn,
             APPLICATION_NAME,
             concurrency=concurrency,
@@ -62,15 +59,7 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
 
 def main() -> None:
     """``python -m bench.naive_floor``: a naive-floor worker process."""
-    parser = argparse.ArgumentParser(prog="python -m bench.naive_floor")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--poll-ms", type=float, default=1000)
-    args = parser.parse_args()
-    asyncio.run(
-        run_worker(args.url, concurrency=args.concurrency, steps=args.steps, poll_ms=args.poll_ms)
-    )
+    serving.floor_main("bench.naive_floor", run_worker)
 
 
 if __name__ == "__main__":

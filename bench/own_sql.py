@@ -11,15 +11,11 @@ outputs), and every write is fenced by the lease token the claim handed out.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from bench import sql
 from bench.common import plain_dsn
 from bench.floor import LEASE_SECONDS, step_name
 
@@ -133,70 +129,6 @@ def first_argument(input_json: str) -> int:
     return value
 
 
-RunOne = Callable[[asyncpg.Record, str], Awaitable[None]]
-"""Runs one claimed workflow: the claimed row (:data:`CLAIM`'s columns) and the worker id."""
-
-
-async def serve(
-    dsn: str,
-    application_name: str,
-    *,
-    concurrency: int,
-    poll_ms: float,
-    claim: Callable[[str, int], Awaitable[list[asyncpg.Record]]],
-    run_one: RunOne,
-) -> None:
-    """Claim and run rows until SIGTERM: one claim loop filling free slots, ``LISTEN`` for
-    new rows (the framework's enqueue notifies), the poll interval as a fallback."""
-    stopping = asyncio.Event()
-    notified = asyncio.Event()
-    slot_free = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    loop.add_signal_handler(signal.SIGINT, stopping.set)
-    listener = await asyncpg.connect(
-        dsn,
-        server_settings={**sql.SERVER_SETTINGS, "application_name": application_name},
-    )
-    await listener.add_listener(sql.CHANNEL, lambda *_: notified.set())
-    worker_id = f"{application_name}:{os.getpid()}"
-    in_flight = 0
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def guarded(row: asyncpg.Record) -> None:
-        nonlocal in_flight
-        try:
-            await run_one(row, worker_id)
-        finally:
-            in_flight -= 1
-            slot_free.set()
-
-    async def wait_any(*events: asyncio.Event, timeout: float) -> None:
-        waiters = [asyncio.ensure_future(event.wait()) for event in events]
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
-
-    while not stopping.is_set():
-        free = concurrency - in_flight
-        if free <= 0:
-            slot_free.clear()
-            await wait_any(slot_free, stopping, timeout=60)
-            continue
-        notified.clear()
-        rows = await claim(worker_id, free)
-        for row in rows:
-            in_flight += 1
-            task = asyncio.create_task(guarded(row))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if len(rows) < free:
-            await wait_any(notified, stopping, timeout=poll_ms / 1000)
-    if tasks:
-        await asyncio.gather(*tasks)
-    await listener.close()
-
-
 def claim_with(
     conn: asyncpg.Connection | asyncpg.Pool,
 ) -> Callable[[str, int], Awaitable[list[asyncpg.Record]]]:
@@ -207,11 +139,6 @@ def claim_with(
         return rows
 
     return claim
-
-
-def connect_options(application_name: str) -> dict[str, object]:
-    """Server settings of a floor's connections (the store's, under its own name)."""
-    return {"server_settings": {**sql.SERVER_SETTINGS, "application_name": application_name}}
 
 
 def dsn_of(url: str) -> str:
@@ -227,10 +154,8 @@ __all__ = [
     "LeaseLost",
     "body",
     "claim_with",
-    "connect_options",
     "dsn_of",
     "first_argument",
-    "serve",
     "step_input",
     "step_name",
 ]
