@@ -204,6 +204,12 @@ class Lease:
     """When it was taken."""
 
 
+def settled_outcome(status: WorkflowStatus) -> str:
+    """The outcome an attempt's history row records when it settles as ``status``:
+    ``retry`` for a settle back to pending, else the status."""
+    return "retry" if status is WorkflowStatus.PENDING else status.value
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One ended attempt of a workflow, as ``workflow_attempts`` keeps it."""

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from durable_core.coltypes import UTCDateTime
-from durable_core.records import Settlement, StepStatus, StepWrite, WorkflowStatus
+from durable_core.records import Settlement, StepStatus, StepWrite, settled_outcome
 from durable_core.sql import const
 from durable_core.sql.connector import Params, Row
 from durable_core.sql.statements import PENDING, att, param, release, st, wf
@@ -227,14 +227,9 @@ def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) 
         "x_attempt_no": [s.lease.attempt for s in settlements],
         "x_worker_name": [s.lease.worker_id for s in settlements],
         "x_started": [s.lease.started_at for s in settlements],
-        "x_ended_as": [_ended_as(s.status) for s in settlements],
+        "x_ended_as": [settled_outcome(s.status) for s in settlements],
     }
     return params
-
-
-def _ended_as(status: WorkflowStatus) -> str:
-    """The outcome an attempt's history row records for a settlement as ``status``."""
-    return "retry" if status is WorkflowStatus.PENDING else status.value
 
 
 def landed(

@@ -18,7 +18,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import InvalidStateError, WorkflowConflictError
-from ..records import ClaimedWorkflow, Lease, NewWorkflow, WaitKind, WorkflowStatus
+from ..records import (
+    ClaimedWorkflow,
+    Lease,
+    NewWorkflow,
+    WaitKind,
+    WorkflowStatus,
+    settled_outcome,
+)
 from . import errors
 from .connector import Params
 from .reading import ReadOperations
@@ -222,11 +229,10 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
         if status is WorkflowStatus.PENDING:
             params["delay_seconds"] = retry_delay_seconds
             statement, recorded, parent_id = q.settle_retry, q.settle_retry_recorded, None
-            params.update(_history(lease, "retry"))
         else:
             params["outcome"] = status.value
             statement, recorded = q.settle_final, q.settle_final_recorded
-            params.update(_history(lease, status.value))
+        params.update(_history(lease, settled_outcome(status)))
         if parent_id is None and recorded is not None:
             settled = bool(await self._execute("settle", recorded, params))
         else:
