@@ -44,10 +44,13 @@ from .errors import (
     UnknownWorkflowError,
     ValueTooLargeError,
     WaitTimeoutError,
+    WorkerStartError,
+    WorkflowCancelledError,
     WorkflowConflictError,
     WorkflowFailedError,
     WorkflowNotFinishedError,
     WorkflowNotFoundError,
+    WorkflowTimeoutError,
 )
 from .executor import Executor
 from .handle import WorkflowHandle
@@ -103,6 +106,8 @@ __all__ = [
     "ValueTooLargeError",
     "WaitTimeoutError",
     "Workflow",
+    "WorkerStartError",
+    "WorkflowCancelledError",
     "WorkflowConfig",
     "WorkflowConflictError",
     "WorkflowContext",

@@ -84,11 +84,19 @@ class WorkflowNotFoundError(FrameworkError, LookupError):
 
 
 class WorkflowFailedError(FrameworkError):
-    """The workflow settled as failed (or cancelled); ``error`` holds what was recorded."""
+    """The workflow settled as failed (or cancelled); ``error`` holds what was recorded.
+
+    Read from a handle, it is also the recorded exception's own type when that type
+    is importable here (see :func:`durable_core.failures.recorded_exception`).
+    """
 
     def __init__(self, message: str, error: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.error = error or {}
+
+
+class WorkflowCancelledError(WorkflowFailedError):
+    """The workflow was cancelled (by a user, or with its parent); recorded as its error."""
 
 
 class WorkflowNotFinishedError(FrameworkError):
@@ -99,7 +107,7 @@ class InvalidStateError(FrameworkError):
     """An operation does not apply to the workflow in its current status."""
 
 
-class WorkflowTimeoutError(FrameworkError, TimeoutError):
+class WorkflowTimeoutError(WorkflowCancelledError, TimeoutError):
     """A workflow's timeout passed: it was cancelled, with this as its recorded error."""
 
     retryable = False
@@ -212,6 +220,7 @@ __all__ = [
     "SchemaMissingError",
     "SchemaOutdatedError",
     "SerializationError",
+    "StatsNotSupportedError",
     "StepInputMismatchError",
     "StepNameMismatchError",
     "StoreError",
@@ -220,7 +229,10 @@ __all__ = [
     "ValueTooLargeError",
     "WaitTimeoutError",
     "WorkerStartError",
+    "WorkflowCancelledError",
+    "WorkflowConflictError",
     "WorkflowFailedError",
     "WorkflowNotFinishedError",
     "WorkflowNotFoundError",
+    "WorkflowTimeoutError",
 ]
