@@ -6,6 +6,8 @@ import json
 import traceback
 from typing import Any
 
+from .errors import WorkflowCancelledError
+
 
 def error_record(
     exc: BaseException, *, step_index: int | None = None, step_name: str | None = None
@@ -18,6 +20,22 @@ def error_record(
         "traceback": "".join(traceback.format_exception(exc)),
         "step_index": step_index,
         "step_name": step_name,
+    }
+
+
+def cancellation_record(workflow_id: str, parent_id: str | None = None) -> dict[str, Any]:
+    """The error a cancel records: a :class:`WorkflowCancelledError` naming the workflow
+    (and the parent it was cancelled with)."""
+    kind = WorkflowCancelledError
+    message = f"workflow {workflow_id} was cancelled"
+    if parent_id is not None:
+        message += f" with its parent {parent_id}"
+    return {
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "message": message,
+        "traceback": None,
+        "step_index": None,
+        "step_name": None,
     }
 
 

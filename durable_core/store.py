@@ -184,7 +184,10 @@ class Store(StepWriter, Protocol):
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Cancel an unfinished workflow and its unfinished children; a running body loses
         its lease, its running or waiting step ends ``cancelled``, and a parent waiting on
-        the workflow wakes. ``reason`` (an error JSON) is recorded as its error."""
+        the workflow wakes. ``reason`` (an error JSON) is recorded as its error and its
+        children's, replacing an earlier attempt's; without one, each records a
+        :class:`~durable_core.errors.WorkflowCancelledError` of its own
+        (:func:`~durable_core.failures.cancellation_record`)."""
         ...
 
     async def fork_workflow(self, workflow: NewWorkflow, source_id: str, before_step: int) -> None:

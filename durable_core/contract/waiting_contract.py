@@ -17,6 +17,7 @@ import pytest
 from ..client import DurableClient
 from ..config import WorkflowConfig
 from ..errors import InvalidStateError, LeaseLostError, WorkflowNotFoundError
+from ..failures import load_error
 from ..records import (
     ClaimedWorkflow,
     StepStatus,
@@ -324,16 +325,47 @@ class WaitingContract:
             await durable_store.settle(second.lease, WorkflowStatus.FAILED, error='"late"')
         assert len(await durable_store.load_attempts(first.id)) == 3
 
-    async def test_a_cancel_records_its_reason_and_keeps_earlier_errors(
+    async def test_a_cancel_records_a_cancellation_and_the_attempts_keep_earlier_errors(
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store, max_attempts=5)
-        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error='"first"')
+        failed = '{"type": "builtins.ConnectionError", "message": "gateway down"}'
+        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error=failed)
         await durable_store.cancel_workflow(claimed.id)
-        assert (await self._row(durable_store, claimed.id)).error == '"first"'
+        error = load_error((await self._row(durable_store, claimed.id)).error)
+        assert error is not None
+        assert (error["type"], error["message"]) == (
+            "durable_core.errors.WorkflowCancelledError",
+            f"workflow {claimed.id} was cancelled",
+        )
+        [attempt] = await durable_store.load_attempts(claimed.id)
+        assert (attempt.outcome, attempt.error) == ("retry", failed)
         other = await self._held(durable_store)
         await durable_store.cancel_workflow(other.id, '{"type": "timeout"}')
         assert (await self._row(durable_store, other.id)).error == '{"type": "timeout"}'
+
+    async def test_children_cancelled_with_their_parent_say_so(self, durable_store: Store) -> None:
+        parent, running = await self._parent_and_child(durable_store)
+        pending = dataclasses.replace(new_workflow(), parent_id=parent.id)
+        await durable_store.enqueue([pending])
+        await durable_store.cancel_workflow(parent.id)
+        for workflow_id, message in [
+            (parent.id, f"workflow {parent.id} was cancelled"),
+            (running.id, f"workflow {running.id} was cancelled with its parent {parent.id}"),
+            (
+                pending.id,
+                f"workflow {pending.id} was cancelled with its parent {pending.parent_id}",
+            ),
+        ]:
+            error = load_error((await self._row(durable_store, workflow_id)).error)
+            assert error is not None
+            assert error["type"] == "durable_core.errors.WorkflowCancelledError"
+            assert error["message"] == message
+        # A reason (a timeout's) is every cancelled child's record too.
+        timed_out, child = await self._parent_and_child(durable_store)
+        await durable_store.cancel_workflow(timed_out.id, '{"type": "timeout"}')
+        for workflow_id in (timed_out.id, child.id):
+            assert (await self._row(durable_store, workflow_id)).error == '{"type": "timeout"}'
 
     # -- through the executor, on the runner's clock ----------------------------
 

@@ -227,7 +227,7 @@ class Statements:
             .where(wf.c.id == param("workflow"), status_in(CANCELLABLE))
             .values(
                 status=const(WorkflowStatus.CANCELLED.value),
-                error=sa.func.coalesce(param("error_json", sa.Text()), wf.c.error),
+                error=param("error_json", sa.Text()),
                 completed_at=now,
                 waiting_for=sa.null(),
                 **release(d),

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import InvalidStateError, WorkflowConflictError
+from ..failures import cancellation_record, dump_error
 from ..records import (
     ClaimedWorkflow,
     Lease,
@@ -53,11 +54,19 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Cancel an unfinished workflow and its unfinished children; its holder loses the
         lease, its running or waiting step ends ``cancelled``, and a parent waiting on it
-        wakes. ``reason`` (an error JSON) is recorded as the workflow's error."""
+        wakes. ``reason`` (an error JSON) is recorded as the workflow's error and its
+        children's; without one, each records a cancellation of its own."""
+        await self._cancel(workflow_id, reason, None)
+
+    async def _cancel(self, workflow_id: str, reason: str | None, with_parent: str | None) -> None:
         q = self.statements
         rows = await self._fetch("cancel_workflow", q.parent, {"workflow": workflow_id})
         parent = rows[0]["parent_id"] if rows else None
-        params = {"workflow": workflow_id, "error_json": reason}
+        if reason is None:
+            error = dump_error(cancellation_record(workflow_id, with_parent))
+        else:
+            error = reason
+        params = {"workflow": workflow_id, "error_json": error}
         # The workflow and its interrupted step end together.
         if not await self._end(
             "cancel_workflow", q.cancel, params, parent=parent, then=q.cancel_steps
@@ -70,7 +79,7 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
         children = await self._fetch("cancel_workflow", q.children, {"workflow": workflow_id})
         for child in children:
             with contextlib.suppress(InvalidStateError):  # it settled meanwhile
-                await self.cancel_workflow(child["id"], reason)
+                await self._cancel(child["id"], reason, workflow_id)
 
     async def fork_workflow(self, workflow: NewWorkflow, source_id: str, before_step: int) -> None:
         """Insert ``workflow`` with copies of ``source_id``'s succeeded steps below index
