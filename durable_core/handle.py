@@ -14,11 +14,10 @@ from .errors import (
     ConfigurationError,
     InvalidStateError,
     WaitTimeoutError,
-    WorkflowFailedError,
     WorkflowNotFinishedError,
     WorkflowNotFoundError,
 )
-from .failures import load_error
+from .failures import load_error, recorded_exception
 from .journal import body_context, wait
 from .records import AttemptRecord, StepRecord, WaitKind, WorkflowRecord, WorkflowStatus
 from .serialization import convert, decode
@@ -189,10 +188,8 @@ class WorkflowHandle(Generic[R]):
             record = await self.info()
         if record.status is WorkflowStatus.SUCCEEDED and record.output is not None:
             return record.output
-        error = load_error(record.error)
         if record.status in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
-            message = (error or {}).get("message", "no error recorded")
-            raise WorkflowFailedError(f"workflow {self.id} {record.status.value}: {message}", error)
+            raise recorded_exception(self.id, record.status, load_error(record.error))
         raise WorkflowNotFinishedError(
             f"workflow {self.id} is {record.status.value}; it has no output yet (use wait())"
         )
@@ -206,8 +203,11 @@ class WorkflowHandle(Generic[R]):
     async def output(self, type_: type[Any] | None = None) -> Any:
         """The decoded output, optionally converted to ``type_``.
 
-        Raises :class:`WorkflowFailedError` if the workflow failed and
-        :class:`WorkflowNotFinishedError` if it has not finished.
+        Raises :class:`WorkflowFailedError` if the workflow failed (also of the recorded
+        error's own type when that is importable here), :class:`WorkflowCancelledError`
+        (:class:`WorkflowTimeoutError`) if it was cancelled (timed out), and
+        :class:`WorkflowNotFinishedError` if it has not finished; see
+        :func:`~durable_core.failures.recorded_exception`.
         """
         value = decode(await self.output_raw(), what=f"output of workflow {self.id}")
         if type_ is None:
