@@ -189,6 +189,8 @@ class StepRecord:
     """When its latest try began (or its wait); read by ``load_steps``, not by a claim."""
     completed_at: datetime | None = field(default=None, compare=False)
     """When it ended; ``None`` while it runs or waits."""
+    path: str | None = None
+    """Where a concurrent body called it (``"4.1"``); ``None``: ``str(step_index)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +284,8 @@ class StepWrite:
     began: float | None = None
     """When the try began, by ``time.monotonic()`` in the writing process: a new try's row
     starts that long before the statement that writes it (``None``: at the write)."""
+    path: str | None = None
+    """The step's path (:attr:`StepRecord.path`)."""
 
 
 @dataclass(frozen=True, slots=True)

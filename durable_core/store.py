@@ -42,8 +42,13 @@ class StepWriter(Protocol):
     :class:`~durable_core.group_commit.GroupCommit` over it. Every write is fenced by
     ``lease`` and raises :class:`~durable_core.errors.LeaseLostError` when refused."""
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
-        """Record that a step is running with this input (insert, or reset a failed/running row)."""
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
+        """Record that a step is running with this input (insert, or reset a failed/running row).
+
+        ``path`` is where a concurrent body called it (``None``: ``str(step_index)``); every
+        write of a step row records it."""
         ...
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
@@ -55,7 +60,14 @@ class StepWriter(Protocol):
         ...
 
     async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+        self,
+        lease: Lease,
+        step_index: int,
+        step_name: str,
+        input: str,
+        output: str,
+        *,
+        path: str | None = None,
     ) -> None:
         """Record a succeeded step in one write (a durable primitive's result)."""
         ...
@@ -90,7 +102,14 @@ class StepWriter(Protocol):
         ...
 
     async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+        self,
+        lease: Lease,
+        topic: str,
+        step_index: int,
+        step_name: str,
+        input: str,
+        *,
+        path: str | None = None,
     ) -> str | None:
         """Take the oldest message on ``topic`` and record it as the step's output, in one
         transaction; ``None`` when there is none."""

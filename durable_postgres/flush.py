@@ -36,6 +36,7 @@ _STEP_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
     "new_try": sa.Boolean(),
     "ran": sa.Float(),
     "settling": sa.Boolean(),
+    "path": sa.Text(),
 }
 _SETTLE_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
     "workflow": sa.Text(),
@@ -84,6 +85,7 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
             const(1),
             now - s.c.ran * _SECOND,
             ended,
+            s.c.path,
         )
         .select_from(held_by)
         .where(which)
@@ -92,7 +94,7 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
         held = held.with_for_update(read=True, of=wf)
     columns = ["workflow_id", "step_index", "step_name", "status", "input", "output", "error"]
     insert = postgresql.insert(st).from_select(
-        [*columns, "attempts", "started_at", "completed_at"], held
+        [*columns, "attempts", "started_at", "completed_at", "path"], held
     )
     new = insert.excluded
     put = insert.on_conflict_do_update(
@@ -107,6 +109,7 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
             "attempts": st.c.attempts + const(1) if new_try else st.c.attempts,
             "started_at": new.started_at if new_try else st.c.started_at,
             "completed_at": new.completed_at,
+            "path": new.path,
         },
     )
     name = ("tried" if new_try else "ended_steps") + ("_settled" if settled is not None else "")
@@ -218,6 +221,7 @@ def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) 
         "s_new_try": [w.new_try for w in steps],
         "s_ran": [0.0 if w.began is None else max(0.0, sent - w.began) for w in steps],
         "s_settling": settling,
+        "s_path": [w.path for w in steps],
         "x_workflow": [s.lease.workflow_id for s in settlements],
         "x_token": [s.lease.token for s in settlements],
         "x_status": [s.status.value for s in settlements],

@@ -458,6 +458,45 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             StepStatus.RUNNING,
         )
 
+    # -- step paths --------------------------------------------------------------
+
+    async def test_each_step_row_keeps_its_path(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store, max_attempts=3)
+        lease = claimed.lease
+        await durable_store.start_step(lease, 0, "plain", '"in0"')
+        await durable_store.complete_step(lease, 0, '"out0"')
+        await durable_store.start_step(lease, 1, "branch", '"in1"', path="3.0.2")
+        await durable_store.complete_step(lease, 1, '"out1"')
+        await durable_store.record_step(lease, 2, "durable.send", '"in2"', "null", path="4.1")
+        await durable_store.send(claimed.id, "t", '"m"', f"m-{claimed.id}")
+        assert await durable_store.receive(lease, "t", 3, "durable.recv", "[]", path="4.0") == '"m"'
+        await durable_store.start_step(lease, 4, "failing", '"in4"', path="5.1")
+        await durable_store.fail_step(lease, 4, '"boom"')
+        expected = [(0, None), (1, "3.0.2"), (2, "4.1"), (3, "4.0"), (4, "5.1")]
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(s.step_index, s.path) for s in steps] == expected
+        await durable_store.settle(lease, WorkflowStatus.PENDING, error='"boom"')
+        again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
+        assert again is not None
+        cached = (
+            again.steps if again.steps is not None else await durable_store.load_steps(again.id)
+        )
+        assert [(s.step_index, s.path) for s in cached] == expected, "the claim reads paths too"
+        # A new try of the step writes its path again.
+        await durable_store.start_step(again.lease, 4, "failing", '"in4"', path="5.2")
+        assert (await durable_store.load_steps(claimed.id))[4].path == "5.2"
+
+    async def test_a_fork_copies_the_paths_of_its_steps(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store)
+        await durable_store.start_step(claimed.lease, 0, "s", '"in"', path="1.0")
+        await durable_store.complete_step(claimed.lease, 0, '"out"')
+        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        source = await self.record(durable_store, claimed.id)
+        fork = dataclasses.replace(new_workflow(), name=source.name, input=source.input)
+        await durable_store.fork_workflow(fork, claimed.id, 1)
+        [step] = await durable_store.load_steps(fork.id)
+        assert (step.step_index, step.path, step.output) == (0, "1.0", '"out"')
+
     # -- heartbeat ------------------------------------------------------------
 
     async def test_heartbeat_extends_the_lease(self, durable_store: Store) -> None:

@@ -18,7 +18,16 @@ from ..records import (
 )
 from .connector import Row
 
-STEP_FIELDS = ("step_index", "step_name", "status", "input", "output", "error", "attempts")
+STEP_FIELDS = (
+    "step_index",
+    "step_name",
+    "status",
+    "input",
+    "output",
+    "error",
+    "attempts",
+    "path",
+)
 """The step columns, in the order :func:`steps_from_json` expects them in each array."""
 
 
@@ -79,14 +88,14 @@ def headers_from_text(workflow_id: str, text: str | None) -> dict[str, str] | No
 
 def step_from_values(workflow_id: str, values: Any) -> StepRecord:
     """A :class:`StepRecord` from the step columns in :data:`STEP_FIELDS` order."""
-    index, name, status, input, output, error, attempts = values
+    index, name, status, input, output, error, attempts, path = values
     try:
         step_status = StepStatus(status)
     except ValueError as exc:
         raise CorruptRecordError(
             f"step {index} of workflow {workflow_id} has an unknown status {status!r}"
         ) from exc
-    return StepRecord(index, name, step_status, input, output, error, attempts)
+    return StepRecord(index, name, step_status, input, output, error, attempts, path=path)
 
 
 def attempt_from_row(row: Row) -> AttemptRecord:

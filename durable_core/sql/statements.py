@@ -503,13 +503,14 @@ class Statements:
                 const(1),
                 d.now(),
                 completed_at,
+                param("path", sa.String()),
             )
             .where(holds())
             .with_for_update(read=not exclusive)
         )
         columns = ["workflow_id", "step_index", "step_name", "status", "input", "output"]
         insert = d.insert(st).from_select(
-            [*columns, "attempts", "started_at", "completed_at"], held
+            [*columns, "attempts", "started_at", "completed_at", "path"], held
         )
         return d.upsert(
             insert,
@@ -524,6 +525,7 @@ class Statements:
                 # A new try starts the row again; ending a wait keeps when it began.
                 "started_at": new("started_at") if tries else st.c.started_at,
                 "completed_at": new("completed_at"),
+                "path": new("path"),
             },
         )
 

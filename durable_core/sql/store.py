@@ -159,7 +159,9 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
         }
         return claimed_from_row(row, worker_id, steps=self._steps_inline, crashed=True)
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
         """Record a step as running (insert, or reset an earlier run)."""
         await self.check_values(f"start_step {step_index}", input, step_name)
         await self._fenced(
@@ -170,6 +172,7 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
             index=step_index,
             step_name=step_name,
             input=input,
+            path=path,
         )
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:

@@ -24,7 +24,14 @@ class WaitingOperations(SQLStoreBase):
     """Suspend, receive, send, events (mixed into ``SQLStore``)."""
 
     async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+        self,
+        lease: Lease,
+        step_index: int,
+        step_name: str,
+        input: str,
+        output: str,
+        *,
+        path: str | None = None,
     ) -> None:
         """Record a step that completed at once (a durable primitive) in one write."""
         await self.check_values(f"record_step {step_index}", input, output, step_name)
@@ -33,7 +40,7 @@ class WaitingOperations(SQLStoreBase):
             "record_step",
             self.statements.record_step,
             f"recording step {step_index} ({step_name})",
-            **_step_params(step_index, step_name, input, output),
+            **_step_params(step_index, step_name, input, output, path),
         )
 
     async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
@@ -43,7 +50,7 @@ class WaitingOperations(SQLStoreBase):
         q = self.statements
         deadline = FOREVER if wait.deadline is None else wait.deadline
         held = {"workflow": lease.workflow_id, "token": lease.token}
-        step = _step_params(wait.step_index, wait.step_name, wait.step_input, output)
+        step = _step_params(wait.step_index, wait.step_name, wait.step_input, output, None)
         over = {WaitKind.MESSAGE: q.next_message, WaitKind.CHILD: q.settled}.get(wait.kind)
         check = {
             WaitKind.MESSAGE: {"workflow": lease.workflow_id, "topic": wait.key},
@@ -68,7 +75,14 @@ class WaitingOperations(SQLStoreBase):
         return True
 
     async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+        self,
+        lease: Lease,
+        topic: str,
+        step_index: int,
+        step_name: str,
+        input: str,
+        *,
+        path: str | None = None,
     ) -> str | None:
         """Take the oldest message on ``topic`` and record it as the step's output, in one
         transaction; ``None`` (nothing written) when there is none."""
@@ -86,7 +100,7 @@ class WaitingOperations(SQLStoreBase):
                 return None
             payload: str = found[0]["payload"]
             await session.execute(q.consume_message, bind({"message": found[0]["seq"]}))
-            step = _step_params(step_index, step_name, input, payload)
+            step = _step_params(step_index, step_name, input, payload, path)
             if not await session.execute(q.record_step, bind({**held, **step})):
                 raise errors.lease_lost(lease, f"receiving a message on {topic!r}")
         return payload
@@ -143,5 +157,11 @@ class WaitingOperations(SQLStoreBase):
         return rows[0]["value"] if rows else None
 
 
-def _step_params(index: int, name: str, input: str, output: str) -> Params:
-    return {"index": index, "step_name": name, "input": input, "output_json": output}
+def _step_params(index: int, name: str, input: str, output: str, path: str | None) -> Params:
+    return {
+        "index": index,
+        "step_name": name,
+        "input": input,
+        "output_json": output,
+        "path": path,
+    }
