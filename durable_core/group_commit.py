@@ -22,6 +22,7 @@ step's end goes out with the settlement, in its statement.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -167,10 +168,10 @@ class GroupCommit:
         )
         await self._pay(lease)
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
         """Leave the workflow waiting (see :meth:`Store.suspend`), its steps committed first."""
         await self._pay(lease)
-        return await self.store.suspend(lease, wait, output)
+        return await self.store.suspend(lease, waits)
 
     async def receive(
         self,

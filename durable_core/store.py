@@ -91,12 +91,15 @@ class StepWriter(Protocol):
         """
         ...
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        """Release the lease and leave the workflow ``waiting``; record the wait's step as
-        waiting with ``output``. Does not count an attempt.
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
+        """Release the lease and leave the workflow ``waiting`` until the first of ``waits``
+        (at least one) ends; record each wait's step as waiting with its ``step_output``.
+        Does not count an attempt.
 
-        Returns ``False`` and changes nothing when the wait is already over (a
-        message on the topic is there, the child has settled), checked under the
+        The row's ``run_at`` is the soonest deadline among the waits (``records.FOREVER`` when
+        none has one) and its ``waiting_for`` is :func:`~durable_core.records.waiting_for_all`.
+        Returns ``False`` and changes nothing when any wait is already over (a message on
+        one of the topics is there, one of the children has settled), checked under the
         workflow's row lock so that no wake-up is lost.
         """
         ...

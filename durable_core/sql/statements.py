@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from .. import schema
 from ..coltypes import UTCDateTime
-from ..records import NewWorkflow, StepStatus, WorkflowStatus
+from ..records import ANY_WAIT, NewWorkflow, StepStatus, WorkflowStatus
 from .connector import Params
 from .dialect import SQLDialect, const
 from .rows import STEP_FIELDS
@@ -309,12 +309,17 @@ class Statements:
                 **release(d),
             )
         )
+        # A row waiting on several waits (any:<n>) wakes on whatever may end one of them:
+        # its body, resumed, suspends again if none has ended (a spurious wake costs a replay).
         self.wake = d.wake_workers(
             wf.update()
             .where(
                 wf.c.id == param("workflow"),
                 wf.c.status == WAITING,
-                wf.c.waiting_for == param("waiting_for"),
+                sa.or_(
+                    wf.c.waiting_for == param("waiting_for"),
+                    wf.c.waiting_for.like(const(f"{ANY_WAIT}:%")),
+                ),
             )
             .values(status=PENDING, run_at=now, waiting_for=sa.null(), updated_at=now)
         )

@@ -158,8 +158,8 @@ class ExampleStore:
     ) -> None:
         await self._inner.record_step(lease, step_index, step_name, input, output, path=path)
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        return await self._inner.suspend(lease, wait, output)
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
+        return await self._inner.suspend(lease, waits)
 
     async def receive(
         self,
