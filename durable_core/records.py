@@ -221,6 +221,18 @@ class StepRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StepTryRecord:
+    """One failed try of a step, as ``workflow_step_tries`` keeps it."""
+
+    step_index: int
+    try_number: int
+    """The step row's ``attempts`` at that try (1 for its first)."""
+    started_at: datetime
+    ended_at: datetime
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """Proof that a worker holds a workflow: every write it makes carries this token."""
 

@@ -28,6 +28,7 @@ from .records import (
     NewWorkflow,
     Settlement,
     StepRecord,
+    StepTryRecord,
     StepWrite,
     Wait,
     WorkflowRecord,
@@ -56,7 +57,8 @@ class StepWriter(Protocol):
         ...
 
     async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        """Record a step's error and mark it failed."""
+        """Record a step's error and mark it failed; the failed try is kept too, in the same
+        transaction (:meth:`Store.load_step_tries`)."""
         ...
 
     async def record_step(
@@ -189,6 +191,10 @@ class Store(StepWriter, Protocol):
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         """Every recorded step of a workflow, ordered by index, in one query."""
+        ...
+
+    async def load_step_tries(self, workflow_id: str) -> list[StepTryRecord]:
+        """Every failed try of a workflow's steps, oldest first (``fail_step`` keeps each)."""
         ...
 
     async def backlog(self) -> list[BacklogRecord]:

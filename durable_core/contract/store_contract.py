@@ -21,6 +21,7 @@ from ..errors import (
     WorkflowConflictError,
     WorkflowNotFoundError,
 )
+from ..failures import load_error
 from ..records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
 from ..serialization import encode_arguments
 from ..store import Store
@@ -458,7 +459,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             StepStatus.RUNNING,
         )
 
-    # -- step paths --------------------------------------------------------------
+    # -- step paths and failed tries --------------------------------------------
 
     async def test_each_step_row_keeps_its_path(self, durable_store: Store) -> None:
         claimed = await self.acquired(durable_store, max_attempts=3)
@@ -496,6 +497,50 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         await durable_store.fork_workflow(fork, claimed.id, 1)
         [step] = await durable_store.load_steps(fork.id)
         assert (step.step_index, step.path, step.output) == (0, "1.0", '"out"')
+
+    async def test_every_failed_try_of_a_step_is_kept(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store, max_attempts=5)
+        assert await durable_store.load_step_tries(claimed.id) == []
+        lease = claimed.lease
+        await durable_store.start_step(lease, 0, "ok", '"in"')
+        await durable_store.complete_step(lease, 0, '"out"')
+        for n in (1, 2):
+            await durable_store.start_step(lease, 1, "flaky", '"in"')
+            await durable_store.fail_step(lease, 1, f'{{"type": "E", "message": "try {n}"}}')
+        await durable_store.start_step(lease, 1, "flaky", '"in"')
+        await durable_store.complete_step(lease, 1, '"done"')
+        tries = await durable_store.load_step_tries(claimed.id)
+        assert [(t.step_index, t.try_number, t.error) for t in tries] == [
+            (1, 1, '{"type": "E", "message": "try 1"}'),
+            (1, 2, '{"type": "E", "message": "try 2"}'),
+        ]
+        for one in tries:
+            self.assert_near_now(one.started_at)
+            self.assert_near_now(one.ended_at)
+            assert one.started_at <= one.ended_at
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(s.status, s.attempts, s.error) for s in steps] == [
+            (StepStatus.SUCCEEDED, 1, None),
+            (StepStatus.SUCCEEDED, 3, None),
+        ]
+        other = await self.acquired(durable_store)
+        assert await durable_store.load_step_tries(other.id) == [], "tries are per workflow"
+
+    async def test_a_step_failing_twice_then_succeeding_keeps_two_tries(
+        self, durable_store: Store, key: str
+    ) -> None:
+        wfs.FAILURES[key] = 2
+        handle = await DurableClient(durable_store).start_workflow(wfs.three_steps, key)
+        assert (
+            await self.runner(durable_store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+        )
+        tries = await handle.step_tries()
+        assert [(t.step_index, t.try_number) for t in tries] == [(1, 1), (1, 2)]
+        for one in tries:
+            error = load_error(one.error)
+            assert error is not None and error["type"].endswith("PlannedFailure")
+            assert error["message"] == f"planned failure of step_two for {key}"
+        assert [s.attempts for s in await handle.steps()] == [1, 3, 1]
 
     # -- heartbeat ------------------------------------------------------------
 

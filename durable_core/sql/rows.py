@@ -13,6 +13,7 @@ from ..records import (
     Lease,
     StepRecord,
     StepStatus,
+    StepTryRecord,
     WorkflowRecord,
     WorkflowStatus,
 )
@@ -106,6 +107,17 @@ def attempt_from_row(row: Row) -> AttemptRecord:
         started_at=row["started_at"],
         ended_at=row["ended_at"],
         outcome=row["outcome"],
+        error=row["error"],
+    )
+
+
+def step_try_from_row(row: Row) -> StepTryRecord:
+    """A :class:`StepTryRecord` from a ``workflow_step_tries`` row."""
+    return StepTryRecord(
+        step_index=row["step_index"],
+        try_number=row["try_number"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
         error=row["error"],
     )
 

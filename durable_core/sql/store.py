@@ -188,16 +188,25 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
         )
 
     async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        """Record a step's error as failed."""
+        """Record a step's error as failed, and keep the failed try (``load_step_tries``)."""
         await self.check_values(f"fail_step {step_index}", error)
-        await self._fenced(
-            lease,
-            "fail_step",
-            self.statements.fail_step,
-            f"fail_step for step {step_index}",
-            index=step_index,
-            error_json=error,
-        )
+        q = self.statements
+        params = {
+            "workflow": lease.workflow_id,
+            "token": lease.token,
+            "index": step_index,
+            "error_json": error,
+        }
+        if q.fail_step_recorded is not None:
+            failed = await self._execute("fail_step", q.fail_step_recorded, params)
+        else:
+            async with self._transaction("fail_step") as session:
+                bound = self.dialect.bind_clock(params)
+                failed = await session.execute(q.fail_step, bound)
+                if failed:
+                    await session.execute(q.record_try, bound)
+        if not failed:
+            raise errors.lease_lost(lease, f"fail_step for step {step_index}")
 
     async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
         """Extend the lease to ``lease_seconds`` from now."""

@@ -17,6 +17,7 @@ from durable_core.records import (
     Lease,
     NewWorkflow,
     StepRecord,
+    StepTryRecord,
     Wait,
     WorkflowRecord,
     WorkflowStatus,
@@ -83,6 +84,9 @@ class ExampleStore:
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         return await self._inner.load_steps(workflow_id)
+
+    async def load_step_tries(self, workflow_id: str) -> list[StepTryRecord]:
+        return await self._inner.load_step_tries(workflow_id)
 
     async def backlog(self) -> list[BacklogRecord]:
         return await self._inner.backlog()
