@@ -179,7 +179,8 @@ class Attempt:
         deadline = self.claimed.deadline
         if deadline is not None and (wait.deadline is None or deadline < wait.deadline):
             wait = dataclasses.replace(wait, deadline=deadline)
-        if await self.persist(lambda: self.writes.suspend(self.lease, wait, output)):
+        waits = [dataclasses.replace(wait, step_output=output)]
+        if await self.persist(lambda: self.writes.suspend(self.lease, waits)):
             self.suspended = wait
             return True
         return False

@@ -22,6 +22,7 @@ step's end goes out with the settlement, in its statement.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -79,6 +80,7 @@ class _Start:
     input: str
     began: float
     """When it began (``time.monotonic()``)."""
+    path: str | None = None
     state: int = _UNWRITTEN
     written: anyio.Event | None = None
     """Set once a flush carrying its ``running`` row has ended."""
@@ -110,13 +112,15 @@ class GroupCommit:
 
     # -- the writes of an attempt (the store's signatures) -------------------------------------
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
         """A try of the step began (once the steps before it have committed): its
         ``running`` row is written if it runs long."""
         if lease.workflow_id in self._owed:
             await self._pay(lease)
         key = (lease.workflow_id, step_index)
-        start = _Start(lease, step_index, step_name, input, time.monotonic())
+        start = _Start(lease, step_index, step_name, input, time.monotonic(), path)
         self._starts.setdefault(lease.workflow_id, {})[step_index] = start
         if self.step_row_after <= 0:
             start.state, start.written = _WRITING, anyio.Event()
@@ -139,29 +143,50 @@ class GroupCommit:
         await self._end_step(lease, step_index, StepStatus.FAILED, error=error)
 
     async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+        self,
+        lease: Lease,
+        step_index: int,
+        step_name: str,
+        input: str,
+        output: str,
+        *,
+        path: str | None = None,
     ) -> None:
         """Record a durable primitive's result as a succeeded step; returns once it (and
         every step before it) has committed."""
         self._owe(
             StepWrite(
-                lease, step_index, step_name, StepStatus.SUCCEEDED, input, output, new_try=False
+                lease,
+                step_index,
+                step_name,
+                StepStatus.SUCCEEDED,
+                input,
+                output,
+                new_try=False,
+                path=path,
             )
         )
         await self._pay(lease)
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
         """Leave the workflow waiting (see :meth:`Store.suspend`), its steps committed first."""
         await self._pay(lease)
-        return await self.store.suspend(lease, wait, output)
+        return await self.store.suspend(lease, waits)
 
     async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+        self,
+        lease: Lease,
+        topic: str,
+        step_index: int,
+        step_name: str,
+        input: str,
+        *,
+        path: str | None = None,
     ) -> str | None:
         """Take the next message as a step (see :meth:`Store.receive`), its steps committed
         first."""
         await self._pay(lease)
-        return await self.store.receive(lease, topic, step_index, step_name, input)
+        return await self.store.receive(lease, topic, step_index, step_name, input, path=path)
 
     async def set_event(self, lease: Lease, key: str, value: str) -> None:
         """Publish an event (see :meth:`Store.set_event`), the steps before it committed."""
@@ -307,7 +332,13 @@ class GroupCommit:
     @staticmethod
     def _running_row(start: _Start) -> StepWrite:
         return StepWrite(
-            start.lease, start.index, start.name, StepStatus.RUNNING, start.input, began=start.began
+            start.lease,
+            start.index,
+            start.name,
+            StepStatus.RUNNING,
+            start.input,
+            began=start.began,
+            path=start.path,
         )
 
     async def _end_step(
@@ -334,7 +365,16 @@ class GroupCommit:
         new_try = start.state != _WRITTEN
         self._owe(
             StepWrite(
-                lease, index, start.name, status, start.input, output, error, new_try, start.began
+                lease,
+                index,
+                start.name,
+                status,
+                start.input,
+                output,
+                error,
+                new_try,
+                start.began,
+                start.path,
             )
         )
 

@@ -19,7 +19,14 @@ from .errors import (
 )
 from .failures import load_error, recorded_exception
 from .journal import body_context, wait
-from .records import AttemptRecord, StepRecord, WaitKind, WorkflowRecord, WorkflowStatus
+from .records import (
+    AttemptRecord,
+    StepRecord,
+    StepTryRecord,
+    WaitKind,
+    WorkflowRecord,
+    WorkflowStatus,
+)
 from .serialization import convert, decode
 from .store import Store
 
@@ -75,6 +82,11 @@ class WorkflowHandle(Generic[R]):
     async def steps(self) -> list[StepRecord]:
         """The recorded steps, in index order."""
         return await self.store.load_steps(self.id)
+
+    async def step_tries(self) -> list[StepTryRecord]:
+        """Every failed try of its steps, oldest first: the step's index, the try's number,
+        when it began and ended, and its error."""
+        return await self.store.load_step_tries(self.id)
 
     async def attempts(self) -> list[AttemptRecord]:
         """Every ended attempt, oldest first: its number, worker, start, end, outcome

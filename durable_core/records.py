@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from .errors import ConfigurationError
 
 DEFAULT_QUEUE = "default"
 """The queue of a workflow that names none."""
@@ -76,12 +78,34 @@ class Wait:
     step_index: int
     step_name: str
     step_input: str
+    step_output: str = "null"
+    """What the waiting step row's output holds (the deadline, a retry's state)."""
+    step_path: str | None = None
+    """The waiting step's path (``None``: ``str(step_index)``)."""
 
     @property
     def waiting_for(self) -> str:
         """The ``waiting_for`` column: ``sleep``, ``message:<topic>``, ``child:<id>`` or
         ``retry:<step>``."""
         return self.kind.value if self.kind is WaitKind.SLEEP else f"{self.kind.value}:{self.key}"
+
+
+ANY_WAIT = "any"
+"""The ``waiting_for`` prefix of a workflow suspended on several waits: ``any:<n>``."""
+
+
+def waiting_for_all(waits: Sequence[Wait]) -> str:
+    """The ``waiting_for`` column of a workflow suspended on ``waits``: the wait's own when
+    there is one, else ``any:<n>`` (whatever may end one of them wakes it)."""
+    if not waits:
+        raise ConfigurationError("a workflow suspends on at least one wait")
+    return waits[0].waiting_for if len(waits) == 1 else f"{ANY_WAIT}:{len(waits)}"
+
+
+def soonest_deadline(waits: Sequence[Wait]) -> datetime:
+    """When a workflow suspended on ``waits`` wakes by itself: the soonest deadline among
+    them, :data:`FOREVER` when none has one."""
+    return min((w.deadline for w in waits if w.deadline is not None), default=FOREVER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +149,8 @@ class WorkflowRecord:
     locked_until: datetime | None = None
     parent_id: str | None = None
     waiting_for: str | None = None
-    """``sleep``, ``message:<topic>`` or ``child:<id>`` while ``waiting``."""
+    """``sleep``, ``message:<topic>``, ``child:<id>``, ``retry:<step>`` or ``any:<n>`` (several
+    waits at once) while ``waiting``."""
     deadline: datetime | None = None
     """When a workflow started with a timeout is cancelled."""
     queue: str = DEFAULT_QUEUE
@@ -152,6 +177,8 @@ class WorkflowRecord:
             return f"child workflow {key} to settle{deadline}"
         if kind == "retry":
             return f"the next try of step {key}{deadline}"
+        if kind == ANY_WAIT:
+            return f"the first of {key} waits to end{deadline}"
         return f"{self.waiting_for}{deadline}"
 
     @property
@@ -189,6 +216,20 @@ class StepRecord:
     """When its latest try began (or its wait); read by ``load_steps``, not by a claim."""
     completed_at: datetime | None = field(default=None, compare=False)
     """When it ended; ``None`` while it runs or waits."""
+    path: str | None = None
+    """Where a concurrent body called it (``"4.1"``); ``None``: ``str(step_index)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepTryRecord:
+    """One failed try of a step, as ``workflow_step_tries`` keeps it."""
+
+    step_index: int
+    try_number: int
+    """The step row's ``attempts`` at that try (1 for its first)."""
+    started_at: datetime
+    ended_at: datetime
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +323,8 @@ class StepWrite:
     began: float | None = None
     """When the try began, by ``time.monotonic()`` in the writing process: a new try's row
     starts that long before the statement that writes it (``None``: at the write)."""
+    path: str | None = None
+    """The step's path (:attr:`StepRecord.path`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ workflow_messages = metadata.tables["workflow_messages"]
 workflow_events = metadata.tables["workflow_events"]
 workflow_attempts = metadata.tables["workflow_attempts"]
 workflow_schedules = metadata.tables["workflow_schedules"]
+workflow_step_tries = metadata.tables["workflow_step_tries"]
 
 
 WORKFLOW_TABLES = ", ".join(
@@ -86,6 +87,7 @@ __all__ = [
     "workflow_events",
     "workflow_messages",
     "workflow_schedules",
+    "workflow_step_tries",
     "workflow_steps",
     "workflows",
 ]

@@ -134,15 +134,18 @@ def _v2() -> list[ops.MigrateOperation]:
     ]
 
 
-def _v3() -> list[ops.MigrateOperation]:
-    def workflow_id(table: str) -> sa.Column[str]:
-        return sa.Column(
-            "workflow_id",
-            sa.String(36),
-            sa.ForeignKey("workflows.id", ondelete="CASCADE", name=f"fk_{table}_workflow_id"),
-            nullable=False,
-        )
+def _workflow_id(table: str) -> sa.Column[str]:
+    """A ``workflow_id`` column of ``table``, its rows deleted with their workflow."""
+    return sa.Column(
+        "workflow_id",
+        sa.String(36),
+        sa.ForeignKey("workflows.id", ondelete="CASCADE", name=f"fk_{table}_workflow_id"),
+        nullable=False,
+    )
 
+
+def _v3() -> list[ops.MigrateOperation]:
+    workflow_id = _workflow_id
     return [
         # A child's parent; what a waiting workflow waits for ("sleep", "message:<topic>",
         # "child:<id>"), its deadline being run_at.
@@ -259,12 +262,37 @@ def _v4() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v5() -> list[ops.MigrateOperation]:
+    return [
+        # Where a concurrent body called a step ("4.1"); NULL: str(step_index), as before.
+        ops.AddColumnOp("workflow_steps", sa.Column("path", sa.String(255), nullable=True)),
+        # Every failed try of a step, written with the step row that records the failure.
+        _table(
+            "workflow_step_tries",
+            _serial(),
+            _workflow_id("workflow_step_tries"),
+            sa.Column("step_index", sa.Integer, nullable=False),
+            sa.Column("try_number", sa.Integer, nullable=False),
+            sa.Column("started_at", UTCDateTime(), nullable=False),
+            sa.Column("ended_at", UTCDateTime(), nullable=False),
+            sa.Column("error", json_text(), nullable=True),
+        ),
+        _index("ix_workflow_step_tries_workflow", "workflow_step_tries", "workflow_id", "seq"),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
     SchemaVersion(3, "durable_schema_v3", "waiting workflows: parents, messages and events", _v3),
     SchemaVersion(
         4, "durable_schema_v4", "routing: queues, priorities, headers and schedules", _v4
+    ),
+    SchemaVersion(
+        5,
+        "durable_schema_v5",
+        "concurrent bodies: step paths; every failed try of a step",
+        _v5,
     ),
 )
 

@@ -28,6 +28,7 @@ from .records import (
     NewWorkflow,
     Settlement,
     StepRecord,
+    StepTryRecord,
     StepWrite,
     Wait,
     WorkflowRecord,
@@ -42,8 +43,13 @@ class StepWriter(Protocol):
     :class:`~durable_core.group_commit.GroupCommit` over it. Every write is fenced by
     ``lease`` and raises :class:`~durable_core.errors.LeaseLostError` when refused."""
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
-        """Record that a step is running with this input (insert, or reset a failed/running row)."""
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
+        """Record that a step is running with this input (insert, or reset a failed/running row).
+
+        ``path`` is where a concurrent body called it (``None``: ``str(step_index)``); every
+        write of a step row records it."""
         ...
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
@@ -51,11 +57,19 @@ class StepWriter(Protocol):
         ...
 
     async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        """Record a step's error and mark it failed."""
+        """Record a step's error and mark it failed; the failed try is kept too, in the same
+        transaction (:meth:`Store.load_step_tries`)."""
         ...
 
     async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+        self,
+        lease: Lease,
+        step_index: int,
+        step_name: str,
+        input: str,
+        output: str,
+        *,
+        path: str | None = None,
     ) -> None:
         """Record a succeeded step in one write (a durable primitive's result)."""
         ...
@@ -79,18 +93,28 @@ class StepWriter(Protocol):
         """
         ...
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        """Release the lease and leave the workflow ``waiting``; record the wait's step as
-        waiting with ``output``. Does not count an attempt.
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
+        """Release the lease and leave the workflow ``waiting`` until the first of ``waits``
+        (at least one) ends; record each wait's step as waiting with its ``step_output``.
+        Does not count an attempt.
 
-        Returns ``False`` and changes nothing when the wait is already over (a
-        message on the topic is there, the child has settled), checked under the
+        The row's ``run_at`` is the soonest deadline among the waits (``records.FOREVER`` when
+        none has one) and its ``waiting_for`` is :func:`~durable_core.records.waiting_for_all`.
+        Returns ``False`` and changes nothing when any wait is already over (a message on
+        one of the topics is there, one of the children has settled), checked under the
         workflow's row lock so that no wake-up is lost.
         """
         ...
 
     async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+        self,
+        lease: Lease,
+        topic: str,
+        step_index: int,
+        step_name: str,
+        input: str,
+        *,
+        path: str | None = None,
     ) -> str | None:
         """Take the oldest message on ``topic`` and record it as the step's output, in one
         transaction; ``None`` when there is none."""
@@ -167,6 +191,10 @@ class Store(StepWriter, Protocol):
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         """Every recorded step of a workflow, ordered by index, in one query."""
+        ...
+
+    async def load_step_tries(self, workflow_id: str) -> list[StepTryRecord]:
+        """Every failed try of a workflow's steps, oldest first (``fail_step`` keeps each)."""
         ...
 
     async def backlog(self) -> list[BacklogRecord]:

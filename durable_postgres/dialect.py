@@ -31,12 +31,14 @@ from durable_core.sql.statements import (
     NEW_WORKFLOW_FIELDS,
     PENDING,
     RUNNING,
+    TRY_SOURCE,
     WAITING,
     att,
     expired,
     new_workflow,
     new_workflow_values,
     param,
+    record_tries,
     st,
     take_lease,
     wf,
@@ -173,6 +175,10 @@ class PostgresStatements(Statements):
         )
         columns = ["workflow_id", "attempt", "worker", "started_at", "ended_at", "outcome"]
         return att.insert().from_select([*columns, "error"], history).add_cte(ended)
+
+    def tried(self, fail: sa.Update) -> sa.Executable:
+        failed = fail.returning(*(st.c[name] for name in (*TRY_SOURCE, "error"))).cte("failed")
+        return record_tries(failed).add_cte(failed)
 
     def _existing(self) -> sa.Select[Any]:
         ids = param("ids", postgresql.ARRAY(sa.Text()))

@@ -4,7 +4,8 @@ Each write arrives as one element of parallel arrays (``unnest``) and is fenced 
 own lease, joined on the workflow row, so a write whose lease is gone is left out
 alone and never blocks the rest. The statement is built from the same rules as the
 single-row statements (:mod:`durable_core.sql.statements`): the step upsert of
-``start_step``/``complete_step`` and the settle of ``settle``, with its history row.
+``start_step``/``complete_step``/``fail_step`` (a failed try with its history row) and
+the settle of ``settle``, with its history row.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from durable_core.coltypes import UTCDateTime
 from durable_core.records import Settlement, StepStatus, StepWrite, settled_outcome
 from durable_core.sql import const
 from durable_core.sql.connector import Params, Row
-from durable_core.sql.statements import PENDING, att, param, release, st, wf
+from durable_core.sql.statements import (
+    PENDING,
+    TRY_SOURCE,
+    att,
+    param,
+    record_tries,
+    release,
+    st,
+    wf,
+)
 
 from .dialect import PostgresDialect
 
@@ -36,6 +46,7 @@ _STEP_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
     "new_try": sa.Boolean(),
     "ran": sa.Float(),
     "settling": sa.Boolean(),
+    "path": sa.Text(),
 }
 _SETTLE_ARRAYS: dict[str, sa.types.TypeEngine[Any]] = {
     "workflow": sa.Text(),
@@ -84,6 +95,7 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
             const(1),
             now - s.c.ran * _SECOND,
             ended,
+            s.c.path,
         )
         .select_from(held_by)
         .where(which)
@@ -92,7 +104,7 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
         held = held.with_for_update(read=True, of=wf)
     columns = ["workflow_id", "step_index", "step_name", "status", "input", "output", "error"]
     insert = postgresql.insert(st).from_select(
-        [*columns, "attempts", "started_at", "completed_at"], held
+        [*columns, "attempts", "started_at", "completed_at", "path"], held
     )
     new = insert.excluded
     put = insert.on_conflict_do_update(
@@ -107,10 +119,12 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
             "attempts": st.c.attempts + const(1) if new_try else st.c.attempts,
             "started_at": new.started_at if new_try else st.c.started_at,
             "completed_at": new.completed_at,
+            "path": new.path,
         },
     )
     name = ("tried" if new_try else "ended_steps") + ("_settled" if settled is not None else "")
-    return put.returning(st.c.workflow_id, st.c.step_index).cte(name)
+    # The rows as written, for the failed tries' history rows (record_tries).
+    return put.returning(*(st.c[column] for column in (*TRY_SOURCE, "error"))).cte(name)
 
 
 def _settle() -> tuple[Any, Any]:
@@ -141,25 +155,28 @@ def _settle() -> tuple[Any, Any]:
     return settled, recorded
 
 
-TRIED, ENDED, SETTLED, TRIED_LAST, ENDED_LAST = (
+TRIED, ENDED, SETTLED, TRIED_LAST, ENDED_LAST, FAILED = (
     "tried",
     "ended",
     "settled",
     "tried_last",
     "ended_last",
+    "failed",
 )
-"""What a flush may hold: step rows that count a new try or end one, settlements, and the
-settlements' last steps of either kind. A flush's statement has only the parts it needs."""
+"""What a flush may hold: step rows that count a new try or end one, settlements, the
+settlements' last steps of either kind, and failed steps (whose tries are kept). A flush's
+statement has only the parts it needs."""
 
 
 def flush_kinds(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> frozenset[str]:
     """The parts of :func:`flush_statement` that these writes need."""
     kinds = {TRIED if write.new_try else ENDED for write in steps}
+    last = [x.step for x in settlements if x.step is not None]
     if settlements:
         kinds.add(SETTLED)
-        kinds.update(
-            TRIED_LAST if x.step.new_try else ENDED_LAST for x in settlements if x.step is not None
-        )
+        kinds.update(TRIED_LAST if step.new_try else ENDED_LAST for step in last)
+    if any(write.status is StepStatus.FAILED for write in (*steps, *last)):
+        kinds.add(FAILED)
     return frozenset(kinds)
 
 
@@ -180,19 +197,24 @@ def flush_statement(kinds: frozenset[str]) -> sa.Executable:
             sa.func.array_agg(rows.c.step_index).label("indexes"),
         ).subquery("steps")
         columns = [steps.c.workflows, steps.c.indexes]
+    last: list[Any] = []
     also: list[Any] = []
     if SETTLED in kinds:
         settled, recorded = _settle()
         columns.append(
             sa.select(sa.func.array_agg(settled.c.id)).scalar_subquery().label("settled")
         )
-        also = [recorded] + [
+        last = [
             _put_steps(new_try, settled)
             for kind, new_try in ((TRIED_LAST, True), (ENDED_LAST, False))
             if kind in kinds
         ]
+        also = [recorded, *last]
     else:
         columns.append(sa.null().label("settled"))
+    if FAILED in kinds:
+        # Each failed step row's try is kept, by the rule fail_step follows.
+        also += [record_tries(put).cte(f"kept_{put.name}") for put in (*puts, *last)]
     statement = sa.select(*columns)
     if steps is not None:
         statement = statement.select_from(steps)
@@ -218,6 +240,7 @@ def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) 
         "s_new_try": [w.new_try for w in steps],
         "s_ran": [0.0 if w.began is None else max(0.0, sent - w.began) for w in steps],
         "s_settling": settling,
+        "s_path": [w.path for w in steps],
         "x_workflow": [s.lease.workflow_id for s in settlements],
         "x_token": [s.lease.token for s in settlements],
         "x_status": [s.status.value for s in settlements],

@@ -14,7 +14,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 import durable_core
-from durable_core import DurableClient, WorkflowStatus, workflow, workflow_step
+from durable_core import DurableClient, WorkflowConfig, WorkflowStatus, workflow, workflow_step
 from durable_core.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
@@ -82,6 +82,47 @@ async def test_show_says_why_and_on_which_step_a_workflow_failed(
 
     assert listed("failed") == [workflow_id]
     assert listed("pending") == []
+
+
+FLAKY_FAILURES: list[str] = []
+
+
+@workflow_step
+async def flaky(name: str) -> str:
+    if len(FLAKY_FAILURES) < 2:
+        FLAKY_FAILURES.append(name)
+        raise RuntimeError(f"try {len(FLAKY_FAILURES)} of {name} <failed>")
+    return name
+
+
+@workflow(max_attempts=3)
+async def eventually_greets(name: str) -> str:
+    return await greet(await flaky(name))
+
+
+async def test_show_lists_the_failed_tries_under_their_step(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    FLAKY_FAILURES.clear()
+    handle = await DurableClient(sqlite_store).start_workflow(eventually_greets, "bo")
+    runner = WorkflowRunner(sqlite_store, WorkflowConfig(retry_backoff_secs=0))
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    shown = durable("show", handle.id, "--database-url", url)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    at = lines.index(next(line for line in lines if line.endswith("tests.test_cli.flaky")))
+    assert "succeeded  runs=3" in lines[at]
+    for n in (1, 2):
+        line = lines[at + n]
+        assert line.lstrip().startswith(f"try {n} ")
+        assert line.endswith(f"failed  builtins.RuntimeError: try {n} of bo <failed>")
+    assert "try" not in lines[at + 3], "the greeting never failed"
+    data = json.loads(durable("show", handle.id, "--json", "--database-url", url).stdout)
+    flaky_step, greet_step = data["steps"]
+    assert [t["try"] for t in flaky_step["failed_tries"]] == [1, 2]
+    assert flaky_step["failed_tries"][1]["error"]["message"] == "try 2 of bo <failed>"
+    assert greet_step["failed_tries"] == [] and greet_step["path"] is None
 
 
 async def test_retry_and_cancel(sqlite_store: SQLiteStore, tmp_path: Path) -> None:

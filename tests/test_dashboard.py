@@ -28,6 +28,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from durable_core import (
     DurableClient,
+    WorkflowConfig,
     WorkflowStatus,
     recv,
     start_workflow,
@@ -81,6 +82,23 @@ async def charge(order: str, cents: int) -> dict[str, object]:
 async def checkout(order: str, cents: int) -> dict[str, object]:
     await reserve(order)
     return await charge(order, cents)
+
+
+FLAKY: dict[str, int] = {}
+
+
+@workflow_step
+async def flaky_charge(order: str) -> str:
+    FLAKY[order] = FLAKY.get(order, 0) + 1
+    if FLAKY[order] <= 2:
+        raise ConnectionError(f"<b>card API</b> down, try {FLAKY[order]} of {order}")
+    return f"charged {order}"
+
+
+@workflow(max_attempts=3)
+async def retried_checkout(order: str) -> str:
+    await reserve(order)
+    return await flaky_charge(order)
 
 
 @workflow
@@ -347,6 +365,30 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     assert shown["billing"][0] == 1
     legend = driver.find_element(By.CSS_SELECTOR, "#backlog-chart").text
     assert "billing" in legend and "default" in legend
+
+
+async def test_the_workflow_page_lists_each_failed_try_escaped(
+    seeded: Seeded, browser: WebDriver
+) -> None:
+    handle = await DurableClient(seeded.store).start_workflow(retried_checkout, "C-3")
+    runner = WorkflowRunner(seeded.store, WorkflowConfig(retry_backoff_secs=0))
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    server = _start_server(seeded.url)
+    try:
+        browser.get(f"{server.base}/workflows/{handle.id}")
+        _wait_for(browser, "#steps li.step")
+        reserved, charged = browser.find_elements(By.CSS_SELECTOR, "#steps li.step")
+        assert reserved.find_elements(By.CSS_SELECTOR, ".failed-try") == []
+        tries = charged.find_elements(By.CSS_SELECTOR, ".failed-try")
+        assert [t.find_element(By.CSS_SELECTOR, ".try").text for t in tries] == ["try 1", "try 2"]
+        assert [t.find_element(By.CSS_SELECTOR, ".why").text for t in tries] == [
+            f"builtins.ConnectionError: <b>card API</b> down, try {n} of C-3" for n in (1, 2)
+        ]
+        # The error's markup is shown as text: the type is the only bold element.
+        assert [len(t.find_elements(By.CSS_SELECTOR, ".why b")) for t in tries] == [1, 1]
+        assert "UTC" in tries[0].find_element(By.CSS_SELECTOR, ".when").text
+    finally:
+        _stop(server)
 
 
 async def test_list_pages_and_live_refresh(seeded: Seeded, browser: WebDriver) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,17 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.errors import SchemaOutdatedError
+from durable_core.schedules import ScheduleRecord
 from durable_core.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests import release_0_1
-from tests.conftest import drop_postgres_database, empty_mysql_database, fresh_postgres_database
+from tests.conftest import (
+    MYSQL_URL,
+    POSTGRES_URL,
+    drop_postgres_database,
+    empty_mysql_database,
+    fresh_postgres_database,
+)
 from tests.side_effects import effect
 
 pytestmark = pytest.mark.anyio
@@ -241,3 +248,162 @@ async def test_a_version_3_database_with_a_waiting_workflow_is_upgraded_in_place
         if backend == "postgresql":
             await drop_postgres_database(url)
     assert (effects("add_one:4"), effects("double:15")) == (1, 1)
+
+
+FAILED_ONCE: set[str] = set()
+
+
+@workflow_step
+async def fails_once(n: int) -> int:
+    effect(f"fails_once:{n}")
+    if n not in FAILED_ONCE:
+        FAILED_ONCE.add(n)
+        raise RuntimeError(f"first try of {n} fails")
+    return n * 10
+
+
+@workflow
+async def retried_across_upgrade(n: int) -> int:
+    return await fails_once(await add_one(n))
+
+
+V4_TABLES = (
+    "workflows",
+    "workflow_steps",
+    "workflow_messages",
+    "workflow_events",
+    "workflow_attempts",
+    "workflow_schedules",
+)
+V4 = build_metadata(4)
+
+
+async def v4_rows(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the version-4 tables ``V4_TABLES`` (their version-4 columns), in key order."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            result = {}
+            for name in V4_TABLES:
+                table = V4.tables[name]
+                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
+                result[name] = [dict(row._mapping) for row in rows]
+            return result
+    finally:
+        await engine.dispose()
+
+
+async def _database_at(backend: str, name: str, tmp_path: Path) -> tuple[str, str]:
+    """An empty database ``name`` on ``backend``, named after the test database: its URL,
+    and its SQLAlchemy async URL."""
+    if backend == "sqlite":
+        path = tmp_path / f"{name}.db"
+        return f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}"
+    if backend == "postgresql":
+        base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
+        url = await fresh_postgres_database(POSTGRES_URL, f"{base}_{name}")
+        return url, url.replace("postgresql://", "postgresql+asyncpg://", 1)
+    base = MYSQL_URL.rsplit("/", 1)[-1].split("?")[0]
+    url = await empty_mysql_database(f"{base}_{name}")
+    return url, url.replace("mysql://", "mysql+aiomysql://", 1)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
+async def test_a_version_4_database_is_upgraded_in_place(
+    backend: str,
+    tmp_path: Path,
+    postgres_url: str,
+    mysql_url: str,
+    effects: Callable[[str], int],
+) -> None:
+    """The release before this one made schema version 4: a workflow waiting on a message
+    (its steps, event and message), a workflow whose step failed and whose attempt was
+    retried, and a schedule, all kept by ``durable migrate``; both workflows then run to the
+    end without repeating a step that succeeded, and the new version's tables take rows."""
+    # The rows are made by this release's engine (on a scratch database), then copied into a
+    # database made at version 4 (their columns are version 4's), as release 0.3 wrote them.
+    FAILED_ONCE.clear()
+    scratch = f"sqlite:///{tmp_path / 'scratch.db'}"
+    store = await open_store(scratch)
+    try:
+        await store.apply_schema()
+        client = DurableClient(store)
+        runner = WorkflowRunner(store)
+        waiting = await client.start_workflow_with_id("v4-waiting", waits_for_go, 4)
+        assert await runner.run_once(waiting) is WorkflowStatus.WAITING
+        await client.send("v4-waiting", 10, topic="go")
+        retrying = await client.start_workflow_with_id("v4-retrying", retried_across_upgrade, 1)
+        assert await runner.run_once(retrying) is WorkflowStatus.PENDING
+        now = datetime.now(UTC)
+        schedule = ScheduleRecord(
+            name="v4-nightly",
+            workflow_name=upgraded_flow.name,
+            cron="0 3 * * *",
+            timezone="Europe/Paris",
+            input='{"args":[1],"kwargs":{}}',
+            queue=None,
+            paused=True,
+            catch_up=2,
+            next_tick=now + timedelta(days=1),
+            last_tick=None,
+            created_at=now,
+            updated_at=now,
+        )
+        assert await store.add_schedule(schedule)
+        kept_schedule = await store.get_schedule("v4-nightly")
+    finally:
+        await store.close()
+    made = await v4_rows(f"sqlite+aiosqlite:///{tmp_path / 'scratch.db'}")
+    assert [len(made[name]) for name in V4_TABLES] == [2, 5, 1, 1, 1, 1]
+
+    url, async_url = await _database_at(backend, "upgrade_v4", tmp_path)
+    engine = create_async_engine(async_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade, 4)
+            for name in V4_TABLES:
+                # Serial keys are left to the database, which counts them as the scratch did.
+                table = V4.tables[name]
+                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
+                await conn.execute(table.insert(), rows)
+    finally:
+        await engine.dispose()
+
+    done = migrate(url)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at version {SCHEMA_VERSION}" in done.stdout
+    assert await v4_rows(async_url) == made, "every row kept as it was"
+    again = migrate(url)  # idempotent
+    assert again.returncode == 0, again.stderr
+    assert await v4_rows(async_url) == made
+
+    store = await open_store(url)
+    try:
+        await store.check_schema()
+        assert await store.get_schedule("v4-nightly") == kept_schedule
+        steps = await store.load_steps("v4-retrying")
+        assert [(s.step_index, s.status.value, s.path) for s in steps] == [
+            (0, "succeeded", None),
+            (1, "failed", None),
+        ]
+        assert await store.load_step_tries("v4-retrying") == [], "no try was kept at version 4"
+        runner = WorkflowRunner(store)
+        for workflow_id, expected in (("v4-waiting", (4 + 1 + 10) * 2), ("v4-retrying", 20)):
+            assert await runner.run_until_complete(workflow_id) is WorkflowStatus.SUCCEEDED
+            record = await store.get_workflow(workflow_id)
+            assert record is not None and record.output == str(expected)
+        history = await store.load_attempts("v4-retrying")
+        assert [a.outcome for a in history] == ["retry", "succeeded"]
+        # The upgraded tables hold what this release adds: a failed try, kept.
+        FAILED_ONCE.clear()
+        fresh = await DurableClient(store).start_workflow(retried_across_upgrade, 7)
+        assert await runner.run_until_complete(fresh) is WorkflowStatus.SUCCEEDED
+        [kept] = await store.load_step_tries(fresh.id)
+        assert (kept.step_index, kept.try_number) == (1, 1)
+        assert kept.error is not None and "first try of 8 fails" in kept.error
+    finally:
+        await store.close()
+        if backend == "postgresql":
+            await drop_postgres_database(url)
+    assert (effects("add_one:4"), effects("double:15")) == (1, 1)
+    assert (effects("add_one:1"), effects("fails_once:2")) == (1, 2)

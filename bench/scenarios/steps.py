@@ -36,7 +36,9 @@ class NullStore:
     async def check_schema(self) -> None:
         pass
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
         pass
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
@@ -93,7 +95,9 @@ class NullClaimStore(NullStore):
             self.worker.stop()
         await anyio.lowlevel.checkpoint()
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
         await anyio.lowlevel.checkpoint()
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:

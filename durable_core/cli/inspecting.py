@@ -8,7 +8,7 @@ from typing import Any
 
 from ..client import DurableClient
 from ..failures import load_error
-from ..records import BacklogRecord, WorkflowStatus
+from ..records import BacklogRecord, StepTryRecord, WorkflowStatus
 from .common import opened_store, with_database
 
 
@@ -113,6 +113,9 @@ async def _show(args: argparse.Namespace) -> int:
         handle = client.handle(args.workflow_id)
         steps = await handle.steps()
         attempts = await handle.attempts()
+        tries: dict[int, list[StepTryRecord]] = {}
+        for one in await handle.step_tries():
+            tries.setdefault(one.step_index, []).append(one)
     if args.json:
         data = _record_json(record)
         data["attempts"] = [
@@ -135,6 +138,16 @@ async def _show(args: argparse.Namespace) -> int:
                 "input": s.input,
                 "output": s.output,
                 "error": load_error(s.error),
+                "path": s.path,
+                "failed_tries": [
+                    {
+                        "try": t.try_number,
+                        "started_at": t.started_at.isoformat(),
+                        "ended_at": t.ended_at.isoformat(),
+                        "error": load_error(t.error),
+                    }
+                    for t in tries.get(s.step_index, ())
+                ],
             }
             for s in steps
         ]
@@ -171,6 +184,13 @@ async def _show(args: argparse.Namespace) -> int:
     print("steps:")
     for s in steps:
         print(f"  {s.step_index:>3}  {s.status.value:9}  runs={s.attempts}  {s.step_name}")
+        for t in tries.get(s.step_index, ()):
+            failure = load_error(t.error) or {}
+            kind, message = failure.get("type"), failure.get("message")
+            print(
+                f"         try {t.try_number:<3}  {t.started_at:%H:%M:%S}-"
+                f"{t.ended_at:%H:%M:%S}  failed  {f'{kind}: ' if kind else ''}{message}"
+            )
     return 0
 
 

@@ -21,6 +21,7 @@ from ..errors import (
     WorkflowConflictError,
     WorkflowNotFoundError,
 )
+from ..failures import load_error
 from ..records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
 from ..serialization import encode_arguments
 from ..store import Store
@@ -457,6 +458,89 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             None,
             StepStatus.RUNNING,
         )
+
+    # -- step paths and failed tries --------------------------------------------
+
+    async def test_each_step_row_keeps_its_path(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store, max_attempts=3)
+        lease = claimed.lease
+        await durable_store.start_step(lease, 0, "plain", '"in0"')
+        await durable_store.complete_step(lease, 0, '"out0"')
+        await durable_store.start_step(lease, 1, "branch", '"in1"', path="3.0.2")
+        await durable_store.complete_step(lease, 1, '"out1"')
+        await durable_store.record_step(lease, 2, "durable.send", '"in2"', "null", path="4.1")
+        await durable_store.send(claimed.id, "t", '"m"', f"m-{claimed.id}")
+        assert await durable_store.receive(lease, "t", 3, "durable.recv", "[]", path="4.0") == '"m"'
+        await durable_store.start_step(lease, 4, "failing", '"in4"', path="5.1")
+        await durable_store.fail_step(lease, 4, '"boom"')
+        expected = [(0, None), (1, "3.0.2"), (2, "4.1"), (3, "4.0"), (4, "5.1")]
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(s.step_index, s.path) for s in steps] == expected
+        await durable_store.settle(lease, WorkflowStatus.PENDING, error='"boom"')
+        again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
+        assert again is not None
+        cached = (
+            again.steps if again.steps is not None else await durable_store.load_steps(again.id)
+        )
+        assert [(s.step_index, s.path) for s in cached] == expected, "the claim reads paths too"
+        # A new try of the step writes its path again.
+        await durable_store.start_step(again.lease, 4, "failing", '"in4"', path="5.2")
+        assert (await durable_store.load_steps(claimed.id))[4].path == "5.2"
+
+    async def test_a_fork_copies_the_paths_of_its_steps(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store)
+        await durable_store.start_step(claimed.lease, 0, "s", '"in"', path="1.0")
+        await durable_store.complete_step(claimed.lease, 0, '"out"')
+        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        source = await self.record(durable_store, claimed.id)
+        fork = dataclasses.replace(new_workflow(), name=source.name, input=source.input)
+        await durable_store.fork_workflow(fork, claimed.id, 1)
+        [step] = await durable_store.load_steps(fork.id)
+        assert (step.step_index, step.path, step.output) == (0, "1.0", '"out"')
+
+    async def test_every_failed_try_of_a_step_is_kept(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store, max_attempts=5)
+        assert await durable_store.load_step_tries(claimed.id) == []
+        lease = claimed.lease
+        await durable_store.start_step(lease, 0, "ok", '"in"')
+        await durable_store.complete_step(lease, 0, '"out"')
+        for n in (1, 2):
+            await durable_store.start_step(lease, 1, "flaky", '"in"')
+            await durable_store.fail_step(lease, 1, f'{{"type": "E", "message": "try {n}"}}')
+        await durable_store.start_step(lease, 1, "flaky", '"in"')
+        await durable_store.complete_step(lease, 1, '"done"')
+        tries = await durable_store.load_step_tries(claimed.id)
+        assert [(t.step_index, t.try_number, t.error) for t in tries] == [
+            (1, 1, '{"type": "E", "message": "try 1"}'),
+            (1, 2, '{"type": "E", "message": "try 2"}'),
+        ]
+        for one in tries:
+            self.assert_near_now(one.started_at)
+            self.assert_near_now(one.ended_at)
+            assert one.started_at <= one.ended_at
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(s.status, s.attempts, s.error) for s in steps] == [
+            (StepStatus.SUCCEEDED, 1, None),
+            (StepStatus.SUCCEEDED, 3, None),
+        ]
+        other = await self.acquired(durable_store)
+        assert await durable_store.load_step_tries(other.id) == [], "tries are per workflow"
+
+    async def test_a_step_failing_twice_then_succeeding_keeps_two_tries(
+        self, durable_store: Store, key: str
+    ) -> None:
+        wfs.FAILURES[key] = 2
+        handle = await DurableClient(durable_store).start_workflow(wfs.three_steps, key)
+        assert (
+            await self.runner(durable_store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+        )
+        tries = await handle.step_tries()
+        assert [(t.step_index, t.try_number) for t in tries] == [(1, 1), (1, 2)]
+        for one in tries:
+            error = load_error(one.error)
+            assert error is not None and error["type"].endswith("PlannedFailure")
+            assert error["message"] == f"planned failure of step_two for {key}"
+        assert [s.attempts for s in await handle.steps()] == [1, 3, 1]
 
     # -- heartbeat ------------------------------------------------------------
 

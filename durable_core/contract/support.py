@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..client import new_workflow_id
-from ..records import NewWorkflow, StepRecord, WorkflowRecord
+from ..records import NewWorkflow, StepRecord, StepTryRecord, WorkflowRecord
 from ..schema import workflow_steps, workflows
 from ..store import Store
 
@@ -46,12 +46,15 @@ class Snapshot:
 
     workflow: WorkflowRecord | None
     steps: tuple[StepRecord, ...]
+    tries: tuple[StepTryRecord, ...] = ()
 
 
 async def snapshot(store: Store, workflow_id: str) -> Snapshot:
-    """Read the workflow row and its steps."""
+    """Read the workflow row, its steps and its steps' failed tries."""
     return Snapshot(
-        await store.get_workflow(workflow_id), tuple(await store.load_steps(workflow_id))
+        await store.get_workflow(workflow_id),
+        tuple(await store.load_steps(workflow_id)),
+        tuple(await store.load_step_tries(workflow_id)),
     )
 
 

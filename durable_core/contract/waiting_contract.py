@@ -16,7 +16,7 @@ import pytest
 
 from ..client import DurableClient
 from ..config import WorkflowConfig
-from ..errors import InvalidStateError, LeaseLostError, WorkflowNotFoundError
+from ..errors import FrameworkError, InvalidStateError, LeaseLostError, WorkflowNotFoundError
 from ..failures import load_error
 from ..records import (
     ClaimedWorkflow,
@@ -57,8 +57,17 @@ def require(store: Store, *operations: str) -> None:
         )
 
 
-def _wait(kind: WaitKind, key: str = "", deadline: datetime | None = None) -> Wait:
-    return Wait(kind, key, deadline, 0, f"durable.{kind.value}", json.dumps([key]))
+def _wait(
+    kind: WaitKind,
+    key: str = "",
+    deadline: datetime | None = None,
+    *,
+    index: int = 0,
+    output: str = "null",
+    path: str | None = None,
+) -> Wait:
+    name = f"durable.{kind.value}"
+    return Wait(kind, key, deadline, index, name, json.dumps([key]), output, path)
 
 
 class WaitingContract:
@@ -85,8 +94,8 @@ class WaitingContract:
     ) -> None:
         claimed = await self._held(durable_store)
         deadline = datetime.now(UTC) + timedelta(hours=1)
-        wait = _wait(WaitKind.SLEEP, deadline=deadline)
-        assert await durable_store.suspend(claimed.lease, wait, '"deadline"') is True
+        wait = _wait(WaitKind.SLEEP, deadline=deadline, output='"deadline"')
+        assert await durable_store.suspend(claimed.lease, [wait]) is True
         row = await self._row(durable_store, claimed.id)
         assert (row.status, row.waiting_for, row.attempts) == (WorkflowStatus.WAITING, "sleep", 0)
         assert row.locked_by is None and row.locked_until is None
@@ -112,7 +121,7 @@ class WaitingContract:
     async def test_a_waiting_workflow_is_due_at_its_deadline(self, durable_store: Store) -> None:
         claimed = await self._held(durable_store)
         wait = _wait(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(seconds=0.2))
-        assert await durable_store.suspend(claimed.lease, wait, "null")
+        assert await durable_store.suspend(claimed.lease, [wait])
         assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
         await anyio.sleep(0.3)
         assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
@@ -121,7 +130,7 @@ class WaitingContract:
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
-        assert await durable_store.suspend(claimed.lease, _wait(WaitKind.MESSAGE, "t"), "null")
+        assert await durable_store.suspend(claimed.lease, [_wait(WaitKind.MESSAGE, "t")])
         row = await self._row(durable_store, claimed.id)
         assert (row.waiting_for, row.wake_at) == ("message:t", None)
         assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
@@ -130,7 +139,7 @@ class WaitingContract:
         claimed = await self._held(durable_store)
         await durable_store.cancel_workflow(claimed.id)
         with pytest.raises(LeaseLostError):
-            await durable_store.suspend(claimed.lease, _wait(WaitKind.SLEEP), "null")
+            await durable_store.suspend(claimed.lease, [_wait(WaitKind.SLEEP)])
         row = await self._row(durable_store, claimed.id)
         assert row.status is WorkflowStatus.CANCELLED
         assert await durable_store.load_steps(claimed.id) == []
@@ -140,7 +149,7 @@ class WaitingContract:
     ) -> None:
         claimed = await self._held(durable_store)
         await durable_store.send(claimed.id, "t", '"early"', "m-early")
-        assert not await durable_store.suspend(claimed.lease, _wait(WaitKind.MESSAGE, "t"), "null")
+        assert not await durable_store.suspend(claimed.lease, [_wait(WaitKind.MESSAGE, "t")])
         row = await self._row(durable_store, claimed.id)
         assert (row.status, row.attempts) == (WorkflowStatus.RUNNING, 1)
         assert await durable_store.load_steps(claimed.id) == [], (
@@ -152,12 +161,109 @@ class WaitingContract:
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
-        assert await durable_store.suspend(claimed.lease, _wait(WaitKind.MESSAGE, "t"), "null")
+        assert await durable_store.suspend(claimed.lease, [_wait(WaitKind.MESSAGE, "t")])
         await durable_store.send(claimed.id, "other", '"no"', "m-other")
         assert (await self._row(durable_store, claimed.id)).status is WorkflowStatus.WAITING
         await durable_store.send(claimed.id, "t", '"yes"', "m-yes")
         row = await self._row(durable_store, claimed.id)
         assert (row.status, row.waiting_for) == (WorkflowStatus.PENDING, None)
+        again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
+        assert again is not None and again.attempts == 1
+
+    # -- several waits at once ----------------------------------------------------
+
+    async def test_several_waits_suspend_until_the_soonest_deadline(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store)
+        soon = datetime.now(UTC) + timedelta(hours=1)
+        waits = [
+            _wait(WaitKind.MESSAGE, "a", soon + timedelta(hours=1), index=0, path="1.0"),
+            _wait(WaitKind.MESSAGE, "b", index=1, path="1.1"),
+            _wait(WaitKind.SLEEP, deadline=soon, index=2, output='"soon"', path="1.2"),
+        ]
+        assert await durable_store.suspend(claimed.lease, waits) is True
+        row = await self._row(durable_store, claimed.id)
+        assert (row.status, row.waiting_for, row.attempts) == (WorkflowStatus.WAITING, "any:3", 0)
+        assert row.wake_at is not None and abs(row.wake_at - soon) < timedelta(seconds=1)
+        assert row.wait_description is not None and "3 waits" in row.wait_description
+        assert row.locked_by is None
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(s.step_index, s.step_name, s.status, s.output, s.path) for s in steps] == [
+            (0, "durable.message", StepStatus.WAITING, "null", "1.0"),
+            (1, "durable.message", StepStatus.WAITING, "null", "1.1"),
+            (2, "durable.sleep", StepStatus.WAITING, '"soon"', "1.2"),
+        ]
+        with pytest.raises(LeaseLostError):
+            await durable_store.heartbeat(claimed.lease, 30)
+        assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
+
+    async def test_suspending_on_no_wait_is_refused(self, durable_store: Store) -> None:
+        claimed = await self._held(durable_store)
+        with pytest.raises(FrameworkError):
+            await durable_store.suspend(claimed.lease, [])
+        assert (await self._row(durable_store, claimed.id)).status is WorkflowStatus.RUNNING
+
+    async def test_a_message_on_any_waited_topic_refuses_the_suspension(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store)
+        await durable_store.send(claimed.id, "b", '"early"', "m-early-b")
+        waits = [
+            _wait(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(hours=1), index=0),
+            _wait(WaitKind.MESSAGE, "a", index=1),
+            _wait(WaitKind.MESSAGE, "b", index=2),
+        ]
+        assert not await durable_store.suspend(claimed.lease, waits)
+        row = await self._row(durable_store, claimed.id)
+        assert (row.status, row.attempts, row.waiting_for) == (WorkflowStatus.RUNNING, 1, None)
+        assert await durable_store.load_steps(claimed.id) == [], (
+            "a refused suspension writes nothing"
+        )
+        await durable_store.heartbeat(claimed.lease, 30)  # the lease still holds
+        assert await durable_store.receive(claimed.lease, "b", 2, "durable.recv", "[]") == (
+            '"early"'
+        )
+
+    async def test_a_stale_lease_cannot_suspend_on_several_waits(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store)
+        await durable_store.cancel_workflow(claimed.id)
+        waits = [_wait(WaitKind.SLEEP, index=0), _wait(WaitKind.MESSAGE, "t", index=1)]
+        with pytest.raises(LeaseLostError):
+            await durable_store.suspend(claimed.lease, waits)
+        assert await durable_store.load_steps(claimed.id) == []
+
+    async def test_a_message_on_one_topic_wakes_a_workflow_waiting_on_several(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store)
+        waits = [_wait(WaitKind.MESSAGE, "a", index=0), _wait(WaitKind.MESSAGE, "b", index=1)]
+        assert await durable_store.suspend(claimed.lease, waits)
+        assert (await self._row(durable_store, claimed.id)).waiting_for == "any:2"
+        await durable_store.send(claimed.id, "b", '"yes"', "m-yes-b")
+        row = await self._row(durable_store, claimed.id)
+        assert (row.status, row.waiting_for) == (WorkflowStatus.PENDING, None)
+        again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
+        assert again is not None and again.attempts == 1
+        assert await durable_store.receive(again.lease, "b", 1, "durable.recv", "[]") == '"yes"'
+
+    async def test_a_sleep_only_multi_wait_is_due_at_its_soonest_deadline(
+        self, durable_store: Store
+    ) -> None:
+        claimed = await self._held(durable_store)
+        soon = datetime.now(UTC) + timedelta(seconds=0.2)
+        waits = [
+            _wait(WaitKind.SLEEP, deadline=soon + timedelta(hours=1), index=0),
+            _wait(WaitKind.SLEEP, deadline=soon, index=1),
+        ]
+        assert await durable_store.suspend(claimed.lease, waits)
+        row = await self._row(durable_store, claimed.id)
+        assert row.waiting_for == "any:2"
+        assert row.wake_at is not None and abs(row.wake_at - soon) < timedelta(seconds=1)
+        assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
+        await anyio.sleep(0.3)
         again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
         assert again is not None and again.attempts == 1
 
@@ -256,7 +362,7 @@ class WaitingContract:
     async def test_a_settling_child_wakes_its_waiting_parent(self, durable_store: Store) -> None:
         parent, child = await self._parent_and_child(durable_store)
         wait = _wait(WaitKind.CHILD, child.id)
-        assert await durable_store.suspend(parent.lease, wait, "null")
+        assert await durable_store.suspend(parent.lease, [wait])
         assert (await self._row(durable_store, parent.id)).waiting_for == f"child:{child.id}"
         await durable_store.settle(
             child.lease, WorkflowStatus.SUCCEEDED, output="2", parent_id=parent.id
@@ -270,8 +376,48 @@ class WaitingContract:
         await durable_store.settle(
             child.lease, WorkflowStatus.FAILED, error='"x"', parent_id=parent.id
         )
-        assert not await durable_store.suspend(parent.lease, _wait(WaitKind.CHILD, child.id), "")
+        assert not await durable_store.suspend(parent.lease, [_wait(WaitKind.CHILD, child.id)])
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.RUNNING
+
+    async def test_a_settled_child_among_several_refuses_the_parents_suspension(
+        self, durable_store: Store
+    ) -> None:
+        parent, running = await self._parent_and_child(durable_store)
+        row = dataclasses.replace(new_workflow(), parent_id=parent.id)
+        await durable_store.enqueue([row])
+        done = await durable_store.acquire(row.id, worker_id="child", lease_seconds=30)
+        assert done is not None
+        await durable_store.settle(
+            done.lease, WorkflowStatus.SUCCEEDED, output="1", parent_id=parent.id
+        )
+        waits = [
+            _wait(WaitKind.CHILD, running.id, index=0),
+            _wait(WaitKind.CHILD, done.id, index=1),
+        ]
+        assert not await durable_store.suspend(parent.lease, waits)
+        assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.RUNNING
+        assert await durable_store.load_steps(parent.id) == []
+
+    async def test_a_child_settling_or_cancelled_wakes_a_parent_waiting_on_several(
+        self, durable_store: Store
+    ) -> None:
+        for end in ("settle", "cancel"):
+            parent, child = await self._parent_and_child(durable_store)
+            waits = [
+                _wait(WaitKind.MESSAGE, "never", index=0),
+                _wait(WaitKind.CHILD, child.id, index=1),
+                _wait(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(hours=1), index=2),
+            ]
+            assert await durable_store.suspend(parent.lease, waits)
+            assert (await self._row(durable_store, parent.id)).waiting_for == "any:3"
+            if end == "settle":
+                await durable_store.settle(
+                    child.lease, WorkflowStatus.SUCCEEDED, output="2", parent_id=parent.id
+                )
+            else:
+                await durable_store.cancel_workflow(child.id)
+            row = await self._row(durable_store, parent.id)
+            assert (row.status, row.waiting_for) == (WorkflowStatus.PENDING, None), end
 
     async def test_cancelling_a_parent_cancels_its_unfinished_children(
         self, durable_store: Store
@@ -294,7 +440,7 @@ class WaitingContract:
 
     async def test_cancelling_a_child_wakes_its_waiting_parent(self, durable_store: Store) -> None:
         parent, child = await self._parent_and_child(durable_store)
-        assert await durable_store.suspend(parent.lease, _wait(WaitKind.CHILD, child.id), "null")
+        assert await durable_store.suspend(parent.lease, [_wait(WaitKind.CHILD, child.id)])
         await durable_store.cancel_workflow(child.id)
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.PENDING
 

@@ -200,17 +200,20 @@ class _Dashboard:
         return self._page(request, template, context)
 
     async def workflow(self, request: Request) -> Response:
-        """One workflow: its row, its steps on a timeline, its attempts, parent and children."""
+        """One workflow: its row, its steps on a timeline (with their failed tries), its
+        attempts, parent and children."""
         workflow_id = request.path_params["workflow_id"]
         record = await self.client.get(workflow_id)
         handle = self.client.handle(workflow_id)
         steps = await handle.steps()
         attempts = await handle.attempts()
+        tries = await handle.step_tries()
         children = await self.client.list_workflows(parent_id=workflow_id, limit=PAGE_SIZE)
         context = {
             "record": record,
             "steps": present.timeline(record, steps, datetime.now(UTC)),
             "attempts": attempts,
+            "tries": present.tries_by_step(tries),
             "children": children,
             "error": present.error_of(record.error),
             "error_of": present.error_of,

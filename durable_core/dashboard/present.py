@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..failures import load_error
-from ..records import StepRecord, WorkflowRecord
+from ..records import StepRecord, StepTryRecord, WorkflowRecord
 from ..serialization import TAG_KEY
 
 
@@ -117,6 +117,14 @@ def short_duration(delta: timedelta) -> str:
 def error_of(text: str | None) -> dict[str, Any] | None:
     """A stored error: its type, message, traceback and step."""
     return load_error(text)
+
+
+def tries_by_step(tries: list[StepTryRecord]) -> dict[int, list[StepTryRecord]]:
+    """The failed tries of each step, by step index, oldest first."""
+    grouped: dict[int, list[StepTryRecord]] = {}
+    for one in tries:
+        grouped.setdefault(one.step_index, []).append(one)
+    return grouped
 
 
 @dataclass(frozen=True)

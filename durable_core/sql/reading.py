@@ -11,11 +11,18 @@ from ..records import (
     BacklogRecord,
     EndedAttempts,
     StepRecord,
+    StepTryRecord,
     WorkflowRecord,
     WorkflowStatus,
 )
 from .base import SQLStoreBase
-from .rows import attempt_from_row, record_from_row, step_from_row, workflow_status
+from .rows import (
+    attempt_from_row,
+    record_from_row,
+    step_from_row,
+    step_try_from_row,
+    workflow_status,
+)
 
 _LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name"}
 """The parameter of each ``list_workflows`` filter whose name is a column's."""
@@ -78,6 +85,12 @@ class ReadOperations(SQLStoreBase):
             )
             for row in rows
         ]
+
+    async def load_step_tries(self, workflow_id: str) -> list[StepTryRecord]:
+        """Every failed try of a workflow's steps, oldest first."""
+        params = {"workflow": workflow_id}
+        rows = await self._fetch("load_step_tries", self.statements.load_step_tries, params)
+        return [step_try_from_row(row) for row in rows]
 
     async def count_ended_attempts(self, after: int | None) -> EndedAttempts:
         """The attempts ended since the cursor ``after``, by queue and outcome."""

@@ -13,12 +13,22 @@ from ..records import (
     Lease,
     StepRecord,
     StepStatus,
+    StepTryRecord,
     WorkflowRecord,
     WorkflowStatus,
 )
 from .connector import Row
 
-STEP_FIELDS = ("step_index", "step_name", "status", "input", "output", "error", "attempts")
+STEP_FIELDS = (
+    "step_index",
+    "step_name",
+    "status",
+    "input",
+    "output",
+    "error",
+    "attempts",
+    "path",
+)
 """The step columns, in the order :func:`steps_from_json` expects them in each array."""
 
 
@@ -79,14 +89,14 @@ def headers_from_text(workflow_id: str, text: str | None) -> dict[str, str] | No
 
 def step_from_values(workflow_id: str, values: Any) -> StepRecord:
     """A :class:`StepRecord` from the step columns in :data:`STEP_FIELDS` order."""
-    index, name, status, input, output, error, attempts = values
+    index, name, status, input, output, error, attempts, path = values
     try:
         step_status = StepStatus(status)
     except ValueError as exc:
         raise CorruptRecordError(
             f"step {index} of workflow {workflow_id} has an unknown status {status!r}"
         ) from exc
-    return StepRecord(index, name, step_status, input, output, error, attempts)
+    return StepRecord(index, name, step_status, input, output, error, attempts, path=path)
 
 
 def attempt_from_row(row: Row) -> AttemptRecord:
@@ -97,6 +107,17 @@ def attempt_from_row(row: Row) -> AttemptRecord:
         started_at=row["started_at"],
         ended_at=row["ended_at"],
         outcome=row["outcome"],
+        error=row["error"],
+    )
+
+
+def step_try_from_row(row: Row) -> StepTryRecord:
+    """A :class:`StepTryRecord` from a ``workflow_step_tries`` row."""
+    return StepTryRecord(
+        step_index=row["step_index"],
+        try_number=row["try_number"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
         error=row["error"],
     )
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from .. import schema
 from ..coltypes import UTCDateTime
-from ..records import NewWorkflow, StepStatus, WorkflowStatus
+from ..records import ANY_WAIT, NewWorkflow, StepStatus, WorkflowStatus
 from .connector import Params
 from .dialect import SQLDialect, const
 from .rows import STEP_FIELDS
@@ -30,6 +30,7 @@ st = schema.workflow_steps
 msg = schema.workflow_messages
 ev = schema.workflow_events
 att = schema.workflow_attempts
+tr = schema.workflow_step_tries
 
 PENDING, RUNNING = const(WorkflowStatus.PENDING.value), const(WorkflowStatus.RUNNING.value)
 WAITING = const(WorkflowStatus.WAITING.value)
@@ -155,6 +156,32 @@ def new_workflow(
     }
 
 
+TRY_SOURCE = ("workflow_id", "step_index", "status", "attempts", "started_at", "completed_at")
+"""The step columns :func:`record_tries` reads (besides ``error``): what a statement that
+writes failed step rows returns for their tries to be kept."""
+
+
+def step_try(step: sa.FromClause) -> dict[str, Any]:
+    """The ``workflow_step_tries`` row of the try a step row records (``step``: the step
+    table, or the :data:`TRY_SOURCE` columns a statement returned): its number is the row's
+    ``attempts``."""
+    return {
+        "workflow_id": step.c.workflow_id,
+        "step_index": step.c.step_index,
+        "try_number": step.c.attempts,
+        "started_at": step.c.started_at,
+        "ended_at": step.c.completed_at,
+        "error": step.c.error,
+    }
+
+
+def record_tries(step: sa.FromClause, *where: sa.ColumnElement[bool]) -> sa.Insert:
+    """Keep the try of each failed step row of ``step`` (filtered by ``where``)."""
+    values = step_try(step)
+    failed = step.c.status == const(StepStatus.FAILED.value)
+    return tr.insert().from_select(list(values), sa.select(*values.values()).where(failed, *where))
+
+
 def _after_cursor() -> list[sa.ColumnElement[bool]]:
     """Listed after the row ``before`` (newest first): an older row, or as old and a
     smaller id. The first condition alone is the index range; the second settles ties."""
@@ -198,6 +225,12 @@ class Statements:
             .order_by(st.c.step_index)
         )
         self._lists: dict[frozenset[str], sa.Select[Any]] = {}
+        self.load_step_tries = (
+            sa.select(tr.c.step_index, tr.c.try_number, tr.c.started_at)
+            .add_columns(tr.c.ended_at, tr.c.error)
+            .where(tr.c.workflow_id == param("workflow"))
+            .order_by(tr.c.seq)
+        )
 
         # -- throughput: the attempts ended since a cursor, read by the history's key
         self.last_attempt = sa.select(sa.func.max(att.c.seq).label("seq"))
@@ -309,12 +342,17 @@ class Statements:
                 **release(d),
             )
         )
+        # A row waiting on several waits (any:<n>) wakes on whatever may end one of them:
+        # its body, resumed, suspends again if none has ended (a spurious wake costs a replay).
         self.wake = d.wake_workers(
             wf.update()
             .where(
                 wf.c.id == param("workflow"),
                 wf.c.status == WAITING,
-                wf.c.waiting_for == param("waiting_for"),
+                sa.or_(
+                    wf.c.waiting_for == param("waiting_for"),
+                    wf.c.waiting_for.like(const(f"{ANY_WAIT}:%")),
+                ),
             )
             .values(status=PENDING, run_at=now, waiting_for=sa.null(), updated_at=now)
         )
@@ -372,6 +410,11 @@ class Statements:
         self.fail_step = self._finish_step(
             status=const(StepStatus.FAILED.value), error=param("error_json")
         )
+        # The failed try's history row, read from the step row fail_step just wrote.
+        self.record_try = record_tries(
+            st, st.c.workflow_id == param("workflow"), st.c.step_index == param("index")
+        )
+        self.fail_step_recorded = self.tried(self.fail_step)
         self.heartbeat = (
             wf.update().where(holds()).values(locked_until=d.after("lease_seconds"), updated_at=now)
         )
@@ -425,6 +468,12 @@ class Statements:
     def recorded(self, settle: sa.Update) -> sa.Executable | None:
         """``settle`` and the attempt's history row in one statement, where the database can
         (its count is the settled rows); ``None`` runs them in one transaction instead."""
+        return None
+
+    def tried(self, fail: sa.Update) -> sa.Executable | None:
+        """``fail`` and the failed try's history row in one statement, where the database can
+        (its count is the failed rows); ``None`` runs :attr:`record_try` after it in one
+        transaction instead."""
         return None
 
     def inline_steps(self, workflow_id: sa.ColumnElement[Any]) -> sa.ColumnElement[Any] | None:
@@ -503,13 +552,14 @@ class Statements:
                 const(1),
                 d.now(),
                 completed_at,
+                param("path", sa.String()),
             )
             .where(holds())
             .with_for_update(read=not exclusive)
         )
         columns = ["workflow_id", "step_index", "step_name", "status", "input", "output"]
         insert = d.insert(st).from_select(
-            [*columns, "attempts", "started_at", "completed_at"], held
+            [*columns, "attempts", "started_at", "completed_at", "path"], held
         )
         return d.upsert(
             insert,
@@ -524,10 +574,11 @@ class Statements:
                 # A new try starts the row again; ending a wait keeps when it began.
                 "started_at": new("started_at") if tries else st.c.started_at,
                 "completed_at": new("completed_at"),
+                "path": new("path"),
             },
         )
 
-    def _finish_step(self, **values: Any) -> sa.Executable:
+    def _finish_step(self, **values: Any) -> sa.Update:
         held = sa.exists(sa.select(wf.c.id).where(holds()).with_for_update(read=True))
         return (
             st.update()

@@ -168,7 +168,9 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
         }
         return claimed_from_row(row, worker_id, steps=self._steps_inline, crashed=True)
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
         """Record a step as running (insert, or reset an earlier run)."""
         await self.check_values(f"start_step {step_index}", input, step_name)
         await self._fenced(
@@ -179,6 +181,7 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
             index=step_index,
             step_name=step_name,
             input=input,
+            path=path,
         )
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
@@ -194,16 +197,25 @@ class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
         )
 
     async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        """Record a step's error as failed."""
+        """Record a step's error as failed, and keep the failed try (``load_step_tries``)."""
         await self.check_values(f"fail_step {step_index}", error)
-        await self._fenced(
-            lease,
-            "fail_step",
-            self.statements.fail_step,
-            f"fail_step for step {step_index}",
-            index=step_index,
-            error_json=error,
-        )
+        q = self.statements
+        params = {
+            "workflow": lease.workflow_id,
+            "token": lease.token,
+            "index": step_index,
+            "error_json": error,
+        }
+        if q.fail_step_recorded is not None:
+            failed = await self._execute("fail_step", q.fail_step_recorded, params)
+        else:
+            async with self._transaction("fail_step") as session:
+                bound = self.dialect.bind_clock(params)
+                failed = await session.execute(q.fail_step, bound)
+                if failed:
+                    await session.execute(q.record_try, bound)
+        if not failed:
+            raise errors.lease_lost(lease, f"fail_step for step {step_index}")
 
     async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
         """Extend the lease to ``lease_seconds`` from now."""

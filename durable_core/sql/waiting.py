@@ -2,15 +2,19 @@
 
 :class:`WaitingOperations` is part of :class:`~durable_core.sql.store.SQLStore`;
 it is kept apart because these rules come with their own locking protocol: a
-workflow suspending locks its own row before it checks whether its wait is
-already over, and whoever ends a wait (a sender, a settling child) locks the
+workflow suspending locks its own row before it checks whether any of its waits
+is already over, and whoever ends a wait (a sender, a settling child) locks the
 waiting row before writing, so that one of the two always sees the other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
 from ..errors import ConfigurationError, WorkflowNotFoundError
-from ..records import FOREVER, MAX_TOPIC, Lease, Wait, WaitKind
+from ..records import MAX_TOPIC, Lease, Wait, WaitKind, soonest_deadline, waiting_for_all
 from . import errors
 from .base import SQLStoreBase
 from .connector import Params
@@ -24,7 +28,14 @@ class WaitingOperations(SQLStoreBase):
     """Suspend, receive, send, events (mixed into ``SQLStore``)."""
 
     async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+        self,
+        lease: Lease,
+        step_index: int,
+        step_name: str,
+        input: str,
+        output: str,
+        *,
+        path: str | None = None,
     ) -> None:
         """Record a step that completed at once (a durable primitive) in one write."""
         await self.check_values(f"record_step {step_index}", input, output, step_name)
@@ -33,42 +44,63 @@ class WaitingOperations(SQLStoreBase):
             "record_step",
             self.statements.record_step,
             f"recording step {step_index} ({step_name})",
-            **_step_params(step_index, step_name, input, output),
+            **_step_params(step_index, step_name, input, output, path),
         )
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        """Release the lease and leave the workflow ``waiting`` for ``wait``, with its step
-        recorded as waiting (``output`` holds the deadline). Returns ``False``, changing
-        nothing, when the wait is already over: a message is there, the child settled."""
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
+        """Release the lease and leave the workflow ``waiting`` for the first of ``waits`` to
+        end, each wait's step recorded as waiting (with its ``step_output``), due at the
+        soonest deadline. Returns ``False``, changing nothing, when any wait is already over:
+        a message is there, a child settled."""
         q = self.statements
-        deadline = FOREVER if wait.deadline is None else wait.deadline
+        waiting_for = waiting_for_all(waits)
         held = {"workflow": lease.workflow_id, "token": lease.token}
-        step = _step_params(wait.step_index, wait.step_name, wait.step_input, output)
-        over = {WaitKind.MESSAGE: q.next_message, WaitKind.CHILD: q.settled}.get(wait.kind)
-        check = {
-            WaitKind.MESSAGE: {"workflow": lease.workflow_id, "topic": wait.key},
-            WaitKind.CHILD: {"workflow": wait.key},
-        }.get(wait.kind, {})
         try:
             async with self._transaction("suspend") as session:
                 bind = self.dialect.bind_clock
-                suspended = {**held, "wake_at": deadline, "waiting_for": wait.waiting_for}
-                # Our own row first (locked by these writes), then the condition: a sender
+                suspended = {**held, "wake_at": soonest_deadline(waits), "waiting_for": waiting_for}
+                # Our own row first (locked by these writes), then the conditions: a sender
                 # or a settling child locks this row before it writes, so it either
                 # committed before the check or finds the row waiting and wakes it.
-                if not (
-                    await session.execute(q.wait_step, bind({**held, **step}))
-                    and await session.execute(q.suspend, bind(suspended))
-                ):
-                    raise errors.lease_lost(lease, f"suspending on {wait.waiting_for}")
-                if over is not None and await session.fetch(over, bind(check)):
-                    raise _StillRunning
+                for wait in waits:
+                    step = _step_params(
+                        wait.step_index,
+                        wait.step_name,
+                        wait.step_input,
+                        wait.step_output,
+                        wait.step_path,
+                    )
+                    if not await session.execute(q.wait_step, bind({**held, **step})):
+                        raise errors.lease_lost(lease, f"suspending on {waiting_for}")
+                if not await session.execute(q.suspend, bind(suspended)):
+                    raise errors.lease_lost(lease, f"suspending on {waiting_for}")
+                for wait in waits:
+                    over = self._over(lease, wait)
+                    if over is not None and await session.fetch(over[0], bind(over[1])):
+                        raise _StillRunning
         except _StillRunning:
             return False
         return True
 
+    def _over(self, lease: Lease, wait: Wait) -> tuple[sa.Executable, Params] | None:
+        """What finds ``wait`` already over, with its parameters: a message on its topic,
+        its child settled (``None``: only its deadline ends it)."""
+        q = self.statements
+        if wait.kind is WaitKind.MESSAGE:
+            return q.next_message, {"workflow": lease.workflow_id, "topic": wait.key}
+        if wait.kind is WaitKind.CHILD:
+            return q.settled, {"workflow": wait.key}
+        return None
+
     async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+        self,
+        lease: Lease,
+        topic: str,
+        step_index: int,
+        step_name: str,
+        input: str,
+        *,
+        path: str | None = None,
     ) -> str | None:
         """Take the oldest message on ``topic`` and record it as the step's output, in one
         transaction; ``None`` (nothing written) when there is none."""
@@ -86,7 +118,7 @@ class WaitingOperations(SQLStoreBase):
                 return None
             payload: str = found[0]["payload"]
             await session.execute(q.consume_message, bind({"message": found[0]["seq"]}))
-            step = _step_params(step_index, step_name, input, payload)
+            step = _step_params(step_index, step_name, input, payload, path)
             if not await session.execute(q.record_step, bind({**held, **step})):
                 raise errors.lease_lost(lease, f"receiving a message on {topic!r}")
         return payload
@@ -143,5 +175,11 @@ class WaitingOperations(SQLStoreBase):
         return rows[0]["value"] if rows else None
 
 
-def _step_params(index: int, name: str, input: str, output: str) -> Params:
-    return {"index": index, "step_name": name, "input": input, "output_json": output}
+def _step_params(index: int, name: str, input: str, output: str, path: str | None) -> Params:
+    return {
+        "index": index,
+        "step_name": name,
+        "input": input,
+        "output_json": output,
+        "path": path,
+    }

@@ -677,7 +677,7 @@ async def test_wait_for_work_ends_when_the_next_sleep_or_delayed_start_falls_due
     assert claimed is not None
     deadline = datetime.now(UTC) + timedelta(seconds=0.5)
     wait = Wait(WaitKind.SLEEP, "", deadline, 0, "durable.sleep", "[]")
-    assert await store.suspend(claimed.lease, wait, "null")
+    assert await store.suspend(claimed.lease, [wait])
     await anyio.sleep(0.05)  # the enqueue's NOTIFY has arrived: the claim below spends it
     assert await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES) == []
     started = time.monotonic()
@@ -700,7 +700,7 @@ async def test_a_sleep_that_ended_is_claimed_before_newer_work(store: PostgresSt
     assert claimed is not None
     deadline = datetime.now(UTC) + timedelta(seconds=0.1)
     wait = Wait(WaitKind.SLEEP, "", deadline, 0, "durable.sleep", "[]")
-    assert await store.suspend(claimed.lease, wait, "null")
+    assert await store.suspend(claimed.lease, [wait])
     await anyio.sleep(0.2)
     await store.enqueue(new(20))  # due now, after the sleep ended
     first = await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES)

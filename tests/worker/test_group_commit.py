@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import anyio
 import asyncpg
@@ -168,6 +169,40 @@ async def test_a_step_ended_after_its_running_row_keeps_one_try_and_its_start(
     again = step(lease, 0, StepStatus.FAILED, error='{"type":"y"}')
     assert await pg.write_batch([again], []) == ([True], [])
     assert await sql.fetchval("SELECT attempts FROM workflow_steps") == 2
+
+
+async def test_each_failed_step_keeps_its_try_and_a_zombies_keeps_none(
+    pg: PostgresStore, sql: asyncpg.Connection
+) -> None:
+    a, b = (w.lease for w in await leased(pg, 2))
+    zombie = b
+    await reclaim(pg, sql, b)
+    began = time.monotonic() - 1.0
+    first = [
+        step(a, 0, StepStatus.FAILED, error='"e1"', began=began, path="2.1"),
+        step(zombie, 0, StepStatus.FAILED, error='"zombie"'),
+    ]
+    assert await pg.write_batch(first, []) == ([True, False], [])
+    # A second try with its running row, ended later; a third that ends with its settlement.
+    assert await pg.write_batch([step(a, 0, StepStatus.RUNNING, path="2.1")], []) == ([True], [])
+    second = step(a, 0, StepStatus.FAILED, error='"e2"', new_try=False, path="2.1")
+    assert await pg.write_batch([second], []) == ([True], [])
+    third = step(a, 0, StepStatus.FAILED, error='"e3"', path="2.1")
+    retry = Settlement(a, WorkflowStatus.PENDING, error='"e3"', step=third)
+    assert await pg.write_batch([], [retry]) == ([], [True])
+
+    tries = await pg.load_step_tries(a.workflow_id)
+    assert [(t.step_index, t.try_number, t.error) for t in tries] == [
+        (0, 1, '"e1"'),
+        (0, 2, '"e2"'),
+        (0, 3, '"e3"'),
+    ]
+    assert tries[0].ended_at - tries[0].started_at >= timedelta(seconds=0.9), (
+        "a try written late starts when it began"
+    )
+    assert await pg.load_step_tries(b.workflow_id) == [], "a refused write keeps no try"
+    [row] = await pg.load_steps(a.workflow_id)
+    assert (row.status, row.attempts, row.error, row.path) == (StepStatus.FAILED, 3, '"e3"', "2.1")
 
 
 # -- the worker's batching ----------------------------------------------------------------------
@@ -366,6 +401,35 @@ async def test_a_failed_flush_is_raised_and_its_step_ends_go_out_again(
     rows = await sql.fetch("SELECT step_index, status, attempts FROM workflow_steps ORDER BY 1")
     assert [tuple(r) for r in rows] == [(0, "succeeded", 1), (1, "succeeded", 1)]
     assert await sql.fetchval("SELECT status FROM workflows") == "succeeded"
+
+
+@pytest.mark.anyio  # marked at collection too, so parametrize keeps its ids
+@pytest.mark.parametrize("step_row_after", [60, 0])
+async def test_a_step_failing_twice_then_succeeding_keeps_two_tries(
+    recording: RecordingStore, step_row_after: float
+) -> None:
+    [claimed] = await leased(recording, 1)
+    lease = claimed.lease
+    group = GroupCommit(recording, step_row_after=step_row_after)
+    async with flushing(group):
+        for n in (1, 2):
+            await group.start_step(lease, 0, "s0", "{}", path="3.0.2")
+            await group.fail_step(lease, 0, f'{{"type": "E", "message": "try {n}"}}')
+        await group.start_step(lease, 0, "s0", "{}", path="3.0.2")
+        await group.complete_step(lease, 0, "1")
+        await group.record_step(lease, 1, "durable.send", "[]", "null", path="4.1")
+        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
+    tries = await recording.load_step_tries(lease.workflow_id)
+    assert [(t.step_index, t.try_number, t.error) for t in tries] == [
+        (0, 1, '{"type": "E", "message": "try 1"}'),
+        (0, 2, '{"type": "E", "message": "try 2"}'),
+    ]
+    assert all(t.started_at <= t.ended_at for t in tries)
+    steps = await recording.load_steps(lease.workflow_id)
+    assert [(s.status, s.attempts, s.path) for s in steps] == [
+        (StepStatus.SUCCEEDED, 3, "3.0.2"),
+        (StepStatus.SUCCEEDED, 1, "4.1"),
+    ]
 
 
 # -- a crash in the middle of a flush -----------------------------------------------------------

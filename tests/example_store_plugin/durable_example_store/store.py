@@ -17,6 +17,7 @@ from durable_core.records import (
     Lease,
     NewWorkflow,
     StepRecord,
+    StepTryRecord,
     Wait,
     WorkflowRecord,
     WorkflowStatus,
@@ -84,6 +85,9 @@ class ExampleStore:
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         return await self._inner.load_steps(workflow_id)
 
+    async def load_step_tries(self, workflow_id: str) -> list[StepTryRecord]:
+        return await self._inner.load_step_tries(workflow_id)
+
     async def backlog(self) -> list[BacklogRecord]:
         return await self._inner.backlog()
 
@@ -111,8 +115,10 @@ class ExampleStore:
             workflow_id, worker_id=worker_id, lease_seconds=lease_seconds, due_only=due_only
         )
 
-    async def start_step(self, lease: Lease, step_index: int, step_name: str, input: str) -> None:
-        await self._inner.start_step(lease, step_index, step_name, input)
+    async def start_step(
+        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
+    ) -> None:
+        await self._inner.start_step(lease, step_index, step_name, input, path=path)
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
         await self._inner.complete_step(lease, step_index, output)
@@ -145,17 +151,31 @@ class ExampleStore:
     # -- waiting (durable sleep, messages, events, children) ------------------
 
     async def record_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, output: str
+        self,
+        lease: Lease,
+        step_index: int,
+        step_name: str,
+        input: str,
+        output: str,
+        *,
+        path: str | None = None,
     ) -> None:
-        await self._inner.record_step(lease, step_index, step_name, input, output)
+        await self._inner.record_step(lease, step_index, step_name, input, output, path=path)
 
-    async def suspend(self, lease: Lease, wait: Wait, output: str) -> bool:
-        return await self._inner.suspend(lease, wait, output)
+    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
+        return await self._inner.suspend(lease, waits)
 
     async def receive(
-        self, lease: Lease, topic: str, step_index: int, step_name: str, input: str
+        self,
+        lease: Lease,
+        topic: str,
+        step_index: int,
+        step_name: str,
+        input: str,
+        *,
+        path: str | None = None,
     ) -> str | None:
-        return await self._inner.receive(lease, topic, step_index, step_name, input)
+        return await self._inner.receive(lease, topic, step_index, step_name, input, path=path)
 
     async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
         await self._inner.send(workflow_id, topic, payload, message_id)
