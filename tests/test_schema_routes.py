@@ -49,6 +49,7 @@ DURABLE_TABLES = (
     "workflow_events",
     "workflow_messages",
     "workflow_schedules",
+    "workflow_step_tries",
     "workflow_steps",
     "workflows",
 )

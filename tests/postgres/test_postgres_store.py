@@ -269,7 +269,7 @@ async def test_claim_returns_cached_steps_inline(store: PostgresStore) -> None:
     first = await claim_one(store)
     await store.start_step(first.lease, 0, "fetch", '["in0"]')
     await store.complete_step(first.lease, 0, '"out0"')
-    await store.start_step(first.lease, 1, "send", '["in1"]')
+    await store.start_step(first.lease, 1, "send", '["in1"]', path="2.1")
     await store.fail_step(first.lease, 1, '{"message": "boom"}')
     await store.settle(first.lease, WorkflowStatus.PENDING, error="{}", retry_delay_seconds=0)
 
@@ -287,6 +287,7 @@ async def test_claim_returns_cached_steps_inline(store: PostgresStore) -> None:
         '{"message": "boom"}',
     )
     assert send.output is None
+    assert (fetch.path, send.path) == (None, "2.1")
 
 
 async def test_concurrent_claimers_never_share_a_row(
