@@ -1,0 +1,228 @@
+"""Durations and deadlines: one rule where each enters, and no stored moment breaks a read."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+import durable_core
+from durable_core import (
+    ConfigurationError,
+    DurableClient,
+    RegistrationError,
+    Registry,
+    RetryPolicy,
+    WorkflowStatus,
+    workflow,
+    workflow_step,
+)
+from durable_core.durations import MAX_DURATION, MAX_SECONDS, deadline, seconds
+from durable_core.store import Store
+from durable_core.testing import WorkflowRunner
+from durable_sqlite import SQLiteStore
+
+pytestmark = pytest.mark.anyio
+
+BAD: dict[str, float | timedelta] = {
+    "nan": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "-1": -1,
+    "1e12": 10**12,
+    "timedelta.max": timedelta.max,
+    "-timedelta": timedelta(seconds=-1),
+}
+"""Durations no entry point accepts, by name."""
+
+BAD_MOMENTS: dict[str, datetime] = {
+    "naive": datetime(2030, 1, 1),
+    "in 101 years": datetime.now(UTC) + timedelta(days=101 * 366),
+    "datetime.max": datetime.max.replace(tzinfo=UTC),
+    "datetime.max-23h": datetime.max.replace(tzinfo=timezone(timedelta(hours=-23))),
+    "101 years ago": datetime.now(UTC) - timedelta(days=101 * 366),
+}
+"""Deadlines no entry point accepts, by name."""
+
+RANGE = "at most 100 years"
+
+
+def refused(what: str) -> Any:
+    """Expect a :class:`ConfigurationError` naming ``what`` and the allowed range."""
+    return pytest.raises(ConfigurationError, match=rf"{what}.*{RANGE}")
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+
+def test_the_rule_takes_seconds_and_timedeltas_up_to_the_maximum() -> None:
+    assert timedelta(days=36525) == MAX_DURATION and MAX_DURATION.total_seconds() == MAX_SECONDS
+    assert seconds(0, "x") == 0.0 and seconds(timedelta(minutes=2), "x") == 120.0
+    assert seconds(MAX_DURATION, "x") == seconds(MAX_SECONDS, "x") == MAX_SECONDS
+    assert seconds(2.5, "x", allow_zero=False) == 2.5
+    for bad in (*BAD.values(), MAX_SECONDS + 1, 10**400, True, "5", None):
+        with pytest.raises(ConfigurationError, match=r"^the answer must be a non-negative"):
+            seconds(bad, "the answer")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"^x must be a positive duration"):
+        seconds(timedelta(0), "x", allow_zero=False)
+    now = datetime.now(UTC)
+    assert deadline(now + MAX_DURATION - timedelta(seconds=1), "m") > now
+    assert deadline(now - timedelta(days=3), "m") < now, "a moment passed is a wait over"
+    for name, moment in BAD_MOMENTS.items():
+        with pytest.raises(ConfigurationError, match=r"^m must be a timezone-aware datetime"):
+            deadline(moment, "m")
+        assert name
+
+
+# -- entry points outside a body ---------------------------------------------------------------
+
+
+@workflow
+async def waits_for_nothing() -> str:
+    return "done"
+
+
+@workflow
+async def publishes() -> None:
+    await durable_core.set_event("ready", True)
+
+
+def rows(store: SQLiteStore) -> list[tuple[Any, ...]]:
+    path = store.engine.url.database
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT * FROM workflows").fetchall()
+
+
+@pytest.mark.parametrize("bad", BAD, ids=list(BAD))
+async def test_every_entry_point_refuses_a_bad_duration_by_name(
+    sqlite_store: SQLiteStore, bad: str
+) -> None:
+    value = BAD[bad]
+    client = DurableClient(sqlite_store)
+    handle = await client.start_workflow(publishes)
+    assert await WorkflowRunner(sqlite_store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    before = rows(sqlite_store)
+
+    with refused("sleep duration"):
+        await durable_core.sleep(value)
+    with refused("start_workflow_later delay_seconds"):
+        await client.start_workflow_later(value, waits_for_nothing)
+    with refused("DurableClient timeout"):
+        DurableClient(sqlite_store, timeout=value)
+    with refused("with_options timeout"):
+        client.with_options(timeout=value)
+    with refused("wait_with_timeout timeout"):
+        await handle.wait_with_timeout(value)
+    with refused("wait_with_options poll"):
+        await handle.wait_with_options(poll=value)
+    with refused("wait_with_options deadline"):
+        await handle.wait_with_options(deadline=value)
+    with refused("get_event timeout"):
+        await handle.get_event("ready", timeout=value)
+    with refused("RetryPolicy: initial_interval"):
+        RetryPolicy(initial_interval=value)  # type: ignore[arg-type]
+    with refused("RetryPolicy: max_interval"):
+        RetryPolicy(max_interval=value)  # type: ignore[arg-type]
+    with refused("cleanup seconds"), durable_core.cleanup(value):  # type: ignore[arg-type]
+        pass
+    with refused("advance by"):
+        WorkflowRunner(sqlite_store).clock.advance(value)
+
+    private = Registry()
+    for declare, what in (
+        (lambda: workflow(timeout=value, registry=private)(waits_for_nothing.fn), "@workflow"),
+        (lambda: workflow_step(timeout=value)(waits_for_nothing.fn), "@workflow_step"),
+    ):
+        with refused(f"{what} timeout") as caught:
+            declare()
+        assert isinstance(caught.value, RegistrationError), "a declaration error, as before"
+    assert private.names() == []
+    assert rows(sqlite_store) == before, "nothing written"
+
+
+async def test_zero_is_no_timeout_where_a_timeout_must_be_positive(
+    sqlite_store: SQLiteStore,
+) -> None:
+    for make, what in (
+        (lambda: DurableClient(sqlite_store, timeout=0), "DurableClient timeout"),
+        (lambda: DurableClient(sqlite_store).with_options(timeout=timedelta(0)), "with_options"),
+        (lambda: workflow(timeout=0, registry=Registry())(waits_for_nothing.fn), "@workflow"),
+        (lambda: workflow_step(timeout=0.0)(waits_for_nothing.fn), "@workflow_step"),
+    ):
+        with pytest.raises(ConfigurationError, match=f"{what}.* must be a positive duration"):
+            make()
+
+
+async def test_the_longest_durations_are_accepted_and_read_back(
+    sqlite_or_postgres: Store,
+) -> None:
+    client = DurableClient(sqlite_or_postgres, timeout=MAX_DURATION)
+    later = await client.start_workflow_later(MAX_SECONDS, waits_for_nothing)
+    record = await later.info()
+    assert record.deadline is not None and record.deadline - record.created_at == MAX_DURATION
+    assert (record.run_at - record.created_at).total_seconds() == pytest.approx(MAX_SECONDS)
+    listed = await client.list_workflows()
+    assert [r.id for r in listed] == [later.id]
+
+
+@pytest.mark.parametrize("bad", BAD_MOMENTS, ids=list(BAD_MOMENTS))
+async def test_sleep_until_refuses_a_moment_out_of_range_by_name(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"sleep_until moment must be a timezone-aware"):
+        await durable_core.sleep_until(BAD_MOMENTS[bad])
+
+
+def test_a_retry_policy_never_waits_longer_than_the_maximum() -> None:
+    steep = RetryPolicy(max_attempts=5000, initial_interval=1, backoff_coefficient=10)
+    assert steep.delay(2) == 10
+    assert steep.delay(400) == steep.delay(4000) == MAX_SECONDS
+    assert RetryPolicy(initial_interval=timedelta(minutes=1)).delay(1) == 60  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="backoff_coefficient"):
+        RetryPolicy(backoff_coefficient=math.inf)
+
+
+# -- entry points in a body: the workflow fails at once, naming the argument ------------------
+
+
+@workflow
+async def child_of_waiter() -> str:
+    return "child"
+
+
+@workflow(max_attempts=3)
+async def waits_badly(call: str, bad: str) -> None:
+    value = BAD.get(bad)
+    if call == "sleep":
+        await durable_core.sleep(value)  # type: ignore[arg-type]
+    elif call == "sleep_until":
+        await durable_core.sleep_until(BAD_MOMENTS[bad])
+    elif call == "recv":
+        await durable_core.recv("topic", timeout=value)
+    else:
+        child = await durable_core.start_workflow(child_of_waiter)
+        await child.wait_with_options(deadline=value)
+
+
+BODY_CALLS = [
+    *(("sleep", bad, "sleep duration") for bad in BAD),
+    *(("recv", bad, "recv timeout") for bad in BAD),
+    *(("wait", bad, "wait_with_options deadline") for bad in ("inf", "1e12", "timedelta.max")),
+    *(("sleep_until", bad, "sleep_until moment") for bad in BAD_MOMENTS),
+]
+
+
+@pytest.mark.parametrize(("call", "bad", "what"), BODY_CALLS)
+async def test_a_bad_duration_in_a_body_fails_the_workflow_at_once(
+    sqlite_store: SQLiteStore, call: str, bad: str, what: str
+) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(waits_badly, call, bad)
+    runner = WorkflowRunner(sqlite_store)
+    assert await runner.run_until_complete(handle) is WorkflowStatus.FAILED
+    record = await handle.info()
+    error = await handle.error()
+    assert error is not None and record.attempts == 1, "not retried as if it were transient"
+    assert error["type"].endswith("InvalidDurationError"), error["type"]
+    assert what in error["message"] and "must be" in error["message"]
