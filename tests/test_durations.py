@@ -16,6 +16,7 @@ from durable_core import (
     RegistrationError,
     Registry,
     RetryPolicy,
+    WorkflowConfig,
     WorkflowStatus,
     workflow,
     workflow_step,
@@ -173,6 +174,16 @@ async def test_the_longest_durations_are_accepted_and_read_back(
 async def test_sleep_until_refuses_a_moment_out_of_range_by_name(bad: str) -> None:
     with pytest.raises(ConfigurationError, match=r"sleep_until moment must be a timezone-aware"):
         await durable_core.sleep_until(BAD_MOMENTS[bad])
+
+
+def test_the_worker_settings_are_bounded_too() -> None:
+    with pytest.raises(ConfigurationError, match=r"retry_backoff_secs must be at most 3155760000"):
+        WorkflowConfig(retry_backoff_secs=10**12).validate()
+    with pytest.raises(ConfigurationError, match=r"lock_timeout_secs must be at most"):
+        WorkflowConfig(lock_timeout_secs=math.inf).validate()
+    clamped = WorkflowConfig.from_env({"WORKFLOW_POLL_INTERVAL_MS": str(10**15)})
+    assert clamped.poll_interval == MAX_SECONDS
+    assert WorkflowConfig(retry_backoff_secs=MAX_SECONDS).retry_delay(5) == MAX_SECONDS
 
 
 def test_a_retry_policy_never_waits_longer_than_the_maximum() -> None:
