@@ -37,6 +37,7 @@ from .hooks import observers, workflow_headers
 from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
+    FOREVER,
     BacklogRecord,
     EndedAttempts,
     NewWorkflow,
@@ -431,8 +432,9 @@ class DurableClient(ScheduleMethods):
             raise ConfigurationError(f"from_step is a step index (0 or more), got {from_step!r}")
         source = await self.get(workflow_id)
         timeout = None
-        if source.deadline is not None:
+        if source.deadline is not None and source.deadline < FOREVER:
             timeout = (source.deadline - source.created_at).total_seconds()
+            timeout = min(timeout, durations.MAX_SECONDS)
         row = NewWorkflow(
             id=new_workflow_id(),
             name=source.name,

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+import sqlalchemy as sa
 
 import durable_core
 from durable_core import (
     ConfigurationError,
+    CorruptRecordError,
     DurableClient,
     RegistrationError,
     Registry,
@@ -22,10 +29,15 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.durations import MAX_DURATION, MAX_SECONDS, deadline, seconds
+from durable_core.records import FOREVER
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
+from durable_mysql import MySQLStore
+from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
+from tests.conftest import MYSQL_URL, empty_mysql_database
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.anyio
 
 BAD: dict[str, float | timedelta] = {
@@ -237,3 +249,98 @@ async def test_a_bad_duration_in_a_body_fails_the_workflow_at_once(
     assert error is not None and record.attempts == 1, "not retried as if it were transient"
     assert error["type"].endswith("InvalidDurationError"), error["type"]
     assert what in error["message"] and "must be" in error["message"]
+
+
+# -- stored moments out of range are read, never break a listing -------------------------------
+
+
+async def write_raw(store: Store, sql: str, *params: Any) -> None:
+    """Run ``sql`` on the store's database behind its back ($1, $2... for parameters)."""
+    if isinstance(store, PostgresStore):
+        conn = await asyncpg.connect(store.connector.dsn)
+        try:
+            await conn.execute(sql, *params)
+        finally:
+            await conn.close()
+        return
+    assert isinstance(store, SQLiteStore)
+    path = store.engine.url.database
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql.replace("$1", "?").replace("$2", "?"), params)
+
+
+FAR_FUTURE = {"sqlite": "12000-01-01 00:00:00.000000", "postgresql": "12000-01-01 00:00:00+00"}
+FAR_PAST = {"sqlite": "0000-06-01 00:00:00.000000", "postgresql": "4000-01-01 00:00:00+00 BC"}
+
+
+async def test_a_stored_moment_out_of_range_is_read_clamped(sqlite_or_postgres: Store) -> None:
+    store = sqlite_or_postgres
+    kind = "postgresql" if isinstance(store, PostgresStore) else "sqlite"
+    client = DurableClient(store)
+    far, fine, old = [await client.start_workflow(waits_for_nothing) for _ in range(3)]
+    await write_raw(
+        store,
+        f"UPDATE workflows SET deadline = '{FAR_FUTURE[kind]}', "
+        f"locked_until = '{FAR_FUTURE[kind]}' WHERE id = $1",
+        far.id,
+    )
+    await write_raw(
+        store, f"UPDATE workflows SET completed_at = '{FAR_PAST[kind]}' WHERE id = $1", old.id
+    )
+    listed = {record.id: record for record in await client.list_workflows()}
+    assert set(listed) == {far.id, fine.id, old.id}
+    assert listed[far.id].deadline == FOREVER and listed[far.id].locked_until == FOREVER
+    assert listed[old.id].completed_at == datetime.min.replace(tzinfo=UTC)
+    assert listed[fine.id].deadline is None
+    assert (await far.info()).deadline == FOREVER
+    forked = await client.fork(far.id, from_step=0)
+    assert (await forked.info()).deadline is None, "a deadline read as FOREVER is none"
+    assert await WorkflowRunner(store).run_until_complete(far) is WorkflowStatus.SUCCEEDED
+    assert await far.output() == "done"
+
+
+async def test_durable_list_reads_a_row_due_past_year_9999(sqlite_store: SQLiteStore) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(waits_for_nothing)
+    far = FAR_FUTURE["sqlite"]
+    await write_raw(sqlite_store, f"UPDATE workflows SET run_at = '{far}' WHERE id = $1", handle.id)
+    url = f"sqlite:///{sqlite_store.engine.url.database}"
+    outputs = []
+    for args in (["list"], ["list", "--json"], ["show", handle.id]):
+        shown = subprocess.run(
+            [sys.executable, "-m", "durable_core", *args, "--database-url", url],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert handle.id[:8] in shown.stdout
+        outputs.append(shown.stdout)
+    [listed] = json.loads(outputs[1])
+    assert listed["run_at"] == FOREVER.isoformat()
+
+
+async def test_a_zero_date_on_mariadb_is_read_as_the_earliest_moment() -> None:
+    base = MYSQL_URL.rsplit("/", 1)[-1].split("?")[0]
+    store = MySQLStore(await empty_mysql_database(f"{base}_durations"))
+    await store.open()
+    try:
+        await store.apply_schema()
+        handle = await DurableClient(store).start_workflow(waits_for_nothing)
+        zero = sa.text("UPDATE workflows SET deadline = '0000-00-00 00:00:00' WHERE id = :id")
+        async with store.engine.begin() as conn:
+            await conn.execute(sa.text("SET SESSION sql_mode = ''"))  # zero dates allowed
+            assert (await conn.execute(zero, {"id": handle.id})).rowcount == 1
+        [listed] = await store.list_workflows()
+        assert listed.deadline == datetime.min.replace(tzinfo=UTC)
+    finally:
+        await store.close()
+
+
+async def test_a_stored_moment_that_is_no_date_is_a_corrupt_record(
+    sqlite_store: SQLiteStore,
+) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(waits_for_nothing)
+    await write_raw(sqlite_store, "UPDATE workflows SET deadline = 'soon' WHERE id = $1", handle.id)
+    with pytest.raises(CorruptRecordError, match="a stored moment is not a date and time: 'soon'"):
+        await handle.info()
