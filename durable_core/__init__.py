@@ -18,6 +18,7 @@ from .client import (
 )
 from .config import WorkflowConfig
 from .context import WorkflowContext
+from .durations import MAX_DURATION
 from .errors import (
     ClaimNotSupportedError,
     ConfigurationError,
@@ -27,6 +28,8 @@ from .errors import (
     FrameworkError,
     InvalidArgumentsError,
     InvalidDatabaseURLError,
+    InvalidDeclaredDurationError,
+    InvalidDurationError,
     InvalidStateError,
     LeaseLostError,
     NotAWorkflowError,
@@ -66,6 +69,7 @@ from .store import Claimer, Store
 from .waiting import recv, send, set_event, sleep, sleep_until
 
 __all__ = [
+    "MAX_DURATION",
     "Queue",
     "RateLimit",
     "ClaimNotSupportedError",
@@ -79,6 +83,8 @@ __all__ = [
     "FrameworkError",
     "InvalidArgumentsError",
     "InvalidDatabaseURLError",
+    "InvalidDeclaredDurationError",
+    "InvalidDurationError",
     "InvalidStateError",
     "LeaseLostError",
     "NonRetryableError",

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from . import durations
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .errors import (
     ConfigurationError,
     InvalidArgumentsError,
-    RegistrationError,
     StatsNotSupportedError,
 )
 from .handle import WorkflowHandle
@@ -37,13 +37,14 @@ from .hooks import observers, workflow_headers
 from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
+    FOREVER,
     BacklogRecord,
     EndedAttempts,
     NewWorkflow,
     WorkflowRecord,
     WorkflowStatus,
 )
-from .registry import Workflow, as_workflow, positive_seconds
+from .registry import Workflow, as_workflow
 from .schedule_admin import ScheduleMethods
 from .serialization import encode, encode_arguments
 from .store import Store, WorkflowStats
@@ -143,10 +144,11 @@ class DurableClient(ScheduleMethods):
     ) -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
-        try:
-            self.timeout = positive_seconds(timeout, "timeout")
-        except RegistrationError as exc:
-            raise ConfigurationError(str(exc)) from None
+        self.timeout = (
+            None
+            if timeout is None
+            else durations.seconds(timeout, "DurableClient timeout", allow_zero=False)
+        )
         if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**31:
             raise ConfigurationError(f"priority must be a whole number (32 bits), got {priority!r}")
         if concurrency_key is not None and not (
@@ -177,6 +179,8 @@ class DurableClient(ScheduleMethods):
         attempt budget ``max_attempts``, in ``queue`` (instead of the workflow's own), with
         ``priority`` (higher is claimed first within the queue) and ``concurrency_key``
         (what the queue's ``key_concurrency`` counts by)."""
+        if timeout is not None:
+            timeout = durations.seconds(timeout, "with_options timeout", allow_zero=False)
         return DurableClient(
             self.store,
             max_attempts=max_attempts or self.max_attempts,
@@ -202,8 +206,6 @@ class DurableClient(ScheduleMethods):
             raise InvalidArgumentsError(
                 f"arguments do not fit workflow {definition.name}: {exc}"
             ) from None
-        if delay_seconds < 0:
-            raise ConfigurationError(f"delay must not be negative, got {delay_seconds}")
         if workflow_id is not None and not (
             isinstance(workflow_id, str) and 0 < len(workflow_id) <= MAX_ID_LENGTH
         ):
@@ -291,11 +293,17 @@ class DurableClient(ScheduleMethods):
         return (await self._enqueue([row], [True]))[0]
 
     async def start_workflow_later(
-        self, delay_seconds: float, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+        self,
+        delay_seconds: float | timedelta,
+        fn: Callable[P, Awaitable[R]],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> WorkflowHandle[R]:
-        """Like :meth:`start_workflow`, due ``delay_seconds`` from now."""
+        """Like :meth:`start_workflow`, due ``delay_seconds`` (or a timedelta) from now, at
+        most :data:`~durable_core.durations.MAX_DURATION`."""
         definition = as_workflow(fn)
-        row = self._prepare(definition, args, kwargs, delay_seconds)
+        delay = durations.seconds(delay_seconds, "start_workflow_later delay_seconds")
+        row = self._prepare(definition, args, kwargs, delay)
         return (await self._enqueue([row], [False]))[0]
 
     async def start_workflows(
@@ -424,8 +432,9 @@ class DurableClient(ScheduleMethods):
             raise ConfigurationError(f"from_step is a step index (0 or more), got {from_step!r}")
         source = await self.get(workflow_id)
         timeout = None
-        if source.deadline is not None:
+        if source.deadline is not None and source.deadline < FOREVER:
             timeout = (source.deadline - source.created_at).total_seconds()
+            timeout = min(timeout, durations.MAX_SECONDS)
         row = NewWorkflow(
             id=new_workflow_id(),
             name=source.name,

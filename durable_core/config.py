@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .durations import MAX_SECONDS
 from .errors import ConfigurationError
 
 logger = logging.getLogger("durable_core.config")
@@ -18,16 +20,23 @@ class _Setting:
     env: str
     default: int
     minimum: int
+    unit: float | None = None
+    """A duration's seconds per unit (none is longer than 100 years, the
+    :data:`~durable_core.durations.MAX_DURATION`); ``None``: not a duration."""
+
+    @property
+    def maximum(self) -> float:
+        return math.inf if self.unit is None else MAX_SECONDS / self.unit
 
 
 SETTINGS = (
-    _Setting("poll_interval_ms", "WORKFLOW_POLL_INTERVAL_MS", 1000, 1),
+    _Setting("poll_interval_ms", "WORKFLOW_POLL_INTERVAL_MS", 1000, 1, unit=0.001),
     _Setting("concurrency", "WORKFLOW_CONCURRENCY", 4, 1),
-    _Setting("lock_timeout_secs", "WORKFLOW_LOCK_TIMEOUT_SECS", 30, 1),
+    _Setting("lock_timeout_secs", "WORKFLOW_LOCK_TIMEOUT_SECS", 30, 1, unit=1),
     _Setting("max_attempts", "WORKFLOW_MAX_ATTEMPTS", 3, 1),
-    _Setting("retry_backoff_secs", "WORKFLOW_RETRY_BACKOFF_SECS", 5, 0),
+    _Setting("retry_backoff_secs", "WORKFLOW_RETRY_BACKOFF_SECS", 5, 0, unit=1),
     _Setting("group_commit", "WORKFLOW_GROUP_COMMIT", 1, 0),
-    _Setting("step_row_after_ms", "WORKFLOW_STEP_ROW_AFTER_MS", 100, 0),
+    _Setting("step_row_after_ms", "WORKFLOW_STEP_ROW_AFTER_MS", 100, 0, unit=0.001),
 )
 
 
@@ -70,6 +79,11 @@ class WorkflowConfig:
                 problems.append(f"{setting.field} must be a number, got {value!r}")
             elif value != value or value < setting.minimum:
                 problems.append(f"{setting.field} must be at least {setting.minimum}, got {value}")
+            elif value > setting.maximum:
+                problems.append(
+                    f"{setting.field} must be at most {setting.maximum:.0f} (100 years), "
+                    f"got {value}"
+                )
         for whole in ("concurrency", "max_attempts"):
             if isinstance(getattr(self, whole), float):
                 problems.append(f"{whole} must be a whole number, got {getattr(self, whole)}")
@@ -88,8 +102,8 @@ class WorkflowConfig:
         return self.lock_timeout_secs / 2
 
     def retry_delay(self, attempts: int) -> float:
-        """Linear backoff: ``attempts * retry_backoff_secs``."""
-        return attempts * self.retry_backoff_secs
+        """Linear backoff: ``attempts * retry_backoff_secs``, at most 100 years."""
+        return min(attempts * self.retry_backoff_secs, MAX_SECONDS)
 
 
 def _read(env: Mapping[str, str], setting: _Setting) -> int:
@@ -117,6 +131,17 @@ def _read(env: Mapping[str, str], setting: _Setting) -> int:
             extra={"setting": setting.env, "raw": raw, "used": setting.minimum},
         )
         return setting.minimum
+    if value > setting.maximum:
+        used = int(setting.maximum)
+        logger.warning(
+            "%s=%d is above the maximum %d (100 years); clamped to %d",
+            setting.env,
+            value,
+            used,
+            used,
+            extra={"setting": setting.env, "raw": raw, "used": used},
+        )
+        return used
     return value
 
 

@@ -32,6 +32,15 @@ class RegistrationError(FrameworkError):
     retryable = False
 
 
+class InvalidDurationError(ConfigurationError):
+    """A duration or deadline out of range: not finite, negative (or zero where it must be
+    positive), or beyond :data:`durable_core.durations.MAX_DURATION` (100 years)."""
+
+
+class InvalidDeclaredDurationError(InvalidDurationError, RegistrationError):
+    """An :class:`InvalidDurationError` in a declaration (``@workflow``, ``@workflow_step``)."""
+
+
 class DuplicateWorkflowError(RegistrationError):
     """Two different functions were registered under the same workflow name."""
 
@@ -211,6 +220,8 @@ __all__ = [
     "FrameworkError",
     "InvalidArgumentsError",
     "InvalidDatabaseURLError",
+    "InvalidDeclaredDurationError",
+    "InvalidDurationError",
     "InvalidStateError",
     "LeaseLostError",
     "NotAWorkflowError",

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast, overload
 
 import anyio
 
+from . import durations
 from .errors import (
-    ConfigurationError,
     InvalidStateError,
     WaitTimeoutError,
     WorkflowNotFinishedError,
@@ -38,12 +37,7 @@ EVENT_POLL_SECONDS = 0.05
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if math.isnan(seconds) or seconds < 0:
-        raise ConfigurationError(f"{what} must be a non-negative duration, got {value!r}")
-    return seconds
+    return None if value is None else durations.seconds(value, what)
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,9 @@ class WorkflowHandle(Generic[R]):
         Raises :class:`WaitTimeoutError` (also a ``TimeoutError``) on time, even if a
         status query is stalled. The workflow is not cancelled.
         """
-        return await self.wait_with_options(deadline=timeout)
+        return await self.wait_with_options(
+            deadline=durations.seconds(timeout, "wait_with_timeout timeout")
+        )
 
     async def wait_with_options(
         self,
@@ -116,8 +112,8 @@ class WorkflowHandle(Generic[R]):
         In a workflow body the wait is durable: the workflow suspends, holding no
         worker slot, until this one settles (or the deadline passes).
         """
-        poll_seconds = _seconds(poll, "poll") or DEFAULT_POLL_SECONDS
-        deadline_seconds = _seconds(deadline, "deadline")
+        poll_seconds = _seconds(poll, "wait_with_options poll") or DEFAULT_POLL_SECONDS
+        deadline_seconds = _seconds(deadline, "wait_with_options deadline")
         if self._in_body():
             settled = await self._settled(deadline_seconds)
             if settled is None:
@@ -235,7 +231,7 @@ class WorkflowHandle(Generic[R]):
     async def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The value the workflow published under ``key`` with ``set_event``, waiting up to
         ``timeout`` for it to appear; ``None`` if it has not by then."""
-        timeout_seconds = _seconds(timeout, "timeout")
+        timeout_seconds = _seconds(timeout, "get_event timeout")
         deadline = None if timeout_seconds is None else anyio.current_time() + timeout_seconds
         while True:
             # Each look runs to its end (a cancelled query could break the connection).

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 
+from .durations import seconds
 from .errors import ConfigurationError
 from .records import DEFAULT_QUEUE
 
@@ -26,22 +26,13 @@ class RateLimit:
     """Seconds (a ``timedelta`` is converted)."""
 
     def __post_init__(self) -> None:
-        period: object = self.period
-        if isinstance(period, timedelta):
-            period = period.total_seconds()
-        if (
-            isinstance(self.limit, bool)
-            or not isinstance(self.limit, int)
-            or self.limit < 1
-            or isinstance(period, bool)
-            or not isinstance(period, int | float)
-            or not 0 < period < float("inf")
-        ):
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
             raise ConfigurationError(
                 f"a rate limit is RateLimit(limit >= 1, period > 0 seconds), "
                 f"got limit={self.limit!r}, period={self.period!r}"
             )
-        object.__setattr__(self, "period", float(period))
+        period = seconds(self.period, "RateLimit period", allow_zero=False)
+        object.__setattr__(self, "period", period)
 
 
 @dataclass(frozen=True, slots=True)

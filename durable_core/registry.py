@@ -7,10 +7,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from . import durations
 from .errors import (
     ConfigurationError,
     DuplicateWorkflowError,
     InvalidArgumentsError,
+    InvalidDeclaredDurationError,
     NotAWorkflowError,
     RegistrationError,
     UnknownWorkflowError,
@@ -231,7 +233,7 @@ def workflow(
             name=name or qualified_name(func),
             max_attempts=max_attempts,
             retry=retry,
-            timeout=positive_seconds(timeout, "a workflow timeout"),
+            timeout=declared_timeout(timeout, "@workflow timeout"),
             queue=home,
             schedule=_schedule(schedule, schedule_timezone),
         )
@@ -261,6 +263,14 @@ def _schedule(schedule: Schedule | str | None, timezone: str | None) -> Schedule
     return schedule
 
 
+def declared_timeout(value: float | timedelta | None, what: str) -> float | None:
+    """A declaration's timeout in seconds (``None``: none), by the one rule of
+    :func:`durable_core.durations.seconds`: positive, at most 100 years."""
+    if value is None:
+        return None
+    return durations.seconds(value, what, allow_zero=False, error=InvalidDeclaredDurationError)
+
+
 def check_arguments(
     definition: Workflow[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> None:
@@ -271,16 +281,6 @@ def check_arguments(
         raise InvalidArgumentsError(
             f"arguments do not fit workflow {definition.name}: {exc}"
         ) from None
-
-
-def positive_seconds(value: float | timedelta | None, what: str) -> float | None:
-    """``value`` in seconds; a :class:`RegistrationError` unless it is positive (or None)."""
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0 or seconds == float("inf"):
-        raise RegistrationError(f"{what} must be a positive duration, got {value!r}")
-    return seconds
 
 
 def as_workflow(fn: object) -> Workflow[Any, Any]:

@@ -6,7 +6,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from .errors import ConfigurationError, FrameworkError
+from .durations import MAX_SECONDS, seconds
+from .errors import ConfigurationError, FrameworkError, InvalidDurationError
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,18 @@ class RetryPolicy:
         problems = []
         if self.max_attempts < 1:
             problems.append(f"max_attempts must be at least 1, got {self.max_attempts}")
-        if not (self.initial_interval >= 0 and math.isfinite(self.initial_interval)):
-            problems.append(f"initial_interval must be >= 0, got {self.initial_interval}")
-        if not self.backoff_coefficient >= 1:
-            problems.append(f"backoff_coefficient must be >= 1, got {self.backoff_coefficient}")
-        if self.max_interval is not None and not self.max_interval >= 0:
-            problems.append(f"max_interval must be >= 0, got {self.max_interval}")
+        for name in ("initial_interval", "max_interval"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:  # seconds, or a timedelta made seconds
+                object.__setattr__(self, name, seconds(value, name))
+            except InvalidDurationError as exc:
+                problems.append(str(exc))
+        if not (self.backoff_coefficient >= 1 and math.isfinite(self.backoff_coefficient)):
+            problems.append(
+                f"backoff_coefficient must be >= 1 and finite, got {self.backoff_coefficient}"
+            )
         if not 0 <= self.jitter <= 1:
             problems.append(f"jitter must be between 0 and 1, got {self.jitter}")
         for name in ("retry_on", "give_up_on"):
@@ -51,13 +58,17 @@ class RetryPolicy:
             raise ConfigurationError("invalid RetryPolicy: " + "; ".join(problems))
 
     def delay(self, tries: int) -> float:
-        """Seconds to wait after the ``tries``-th failed try."""
-        base = self.initial_interval * self.backoff_coefficient ** max(tries - 1, 0)
+        """Seconds to wait after the ``tries``-th failed try (at most
+        :data:`~durable_core.durations.MAX_DURATION`, however steep the backoff)."""
+        try:
+            base = self.initial_interval * float(self.backoff_coefficient) ** max(tries - 1, 0)
+        except OverflowError:
+            base = math.inf if self.initial_interval else 0.0
         if self.max_interval is not None:
             base = min(base, self.max_interval)
         if self.jitter:
             base *= 1 + random.uniform(-self.jitter, self.jitter)
-        return max(base, 0.0)
+        return min(max(base, 0.0), MAX_SECONDS)
 
     def retries(self, error: BaseException) -> bool:
         """Whether ``error`` may be retried at all."""

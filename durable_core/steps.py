@@ -12,6 +12,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import anyio.to_thread
 
+from . import durations
 from .context import WorkflowContext, enter_step, inside_step, leave_step
 from .errors import (
     FrameworkError,
@@ -21,7 +22,7 @@ from .errors import (
 )
 from .journal import Suspended
 from .records import StepRecord, StepStatus, Wait, WaitKind
-from .registry import qualified_name
+from .registry import declared_timeout, qualified_name
 from .retry import RetryPolicy, StepTimeoutError
 from .serialization import decode, encode, encode_arguments
 
@@ -201,9 +202,7 @@ def workflow_step(
     body; when the policy gives up, the workflow fails. ``timeout`` cancels a body
     that runs longer (a :class:`~durable_core.retry.StepTimeoutError`, retried by
     the policy)."""
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if seconds is not None and not seconds > 0:
-        raise RegistrationError(f"a step timeout must be positive, got {timeout!r}")
+    seconds = declared_timeout(timeout, "@workflow_step timeout")
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise RegistrationError(f"retry must be a RetryPolicy, got {retry!r}")
 
@@ -225,5 +224,5 @@ def cleanup(seconds: float = 5.0) -> Iterator[anyio.CancelScope]:
                 await delete_partial_upload(part)
     """
     with anyio.CancelScope(shield=True) as scope:
-        scope.deadline = anyio.current_time() + seconds
+        scope.deadline = anyio.current_time() + durations.seconds(seconds, "cleanup seconds")
         yield scope

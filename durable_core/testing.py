@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import durations
 from .coltypes import utcnow
 from .config import WorkflowConfig
 from .errors import InvalidStateError
@@ -45,11 +46,9 @@ class TestClock:
         return utcnow() + self.offset
 
     def advance(self, by: float | timedelta) -> None:
-        """Move the clock ``by`` seconds (or a timedelta) forward."""
-        delta = by if isinstance(by, timedelta) else timedelta(seconds=by)
-        if delta < timedelta(0):
-            raise InvalidStateError(f"a clock only moves forward; cannot advance it by {by!r}")
-        self.offset += delta
+        """Move the clock ``by`` seconds (or a timedelta) forward: it only moves forward,
+        by at most :data:`~durable_core.durations.MAX_DURATION` at a time."""
+        self.offset += durations.delta(by, "TestClock.advance by")
 
     def advance_to(self, moment: datetime) -> None:
         """Move the clock forward to ``moment`` (nothing if it is already past)."""

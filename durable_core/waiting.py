@@ -9,12 +9,12 @@ to the point where it waited. None of this counts an attempt.
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 
+from . import durations
 from .client import DurableClient, current_store
 from .context import WorkflowContext
 from .errors import ConfigurationError, FrameworkError
@@ -23,18 +23,11 @@ from .records import MAX_TOPIC, WaitKind
 from .serialization import decode, encode
 
 
-def _duration(value: float | timedelta, what: str) -> timedelta:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if math.isnan(seconds) or seconds < 0:
-        raise ConfigurationError(f"{what} must be a non-negative duration, got {value!r}")
-    return timedelta(seconds=seconds)
-
-
 async def sleep(duration: float | timedelta) -> None:
     """Sleep durably: in a workflow body, suspend until ``duration`` from the first time
     this call ran (a replay after the wake-up does not sleep again). Elsewhere, a plain
     ``anyio.sleep``."""
-    delta = _duration(duration, "sleep duration")
+    delta = durations.delta(duration, "sleep duration")
     ctx = body_context()
     if ctx is None:
         await anyio.sleep(delta.total_seconds())
@@ -45,8 +38,7 @@ async def sleep(duration: float | timedelta) -> None:
 async def sleep_until(moment: datetime) -> None:
     """Sleep durably until ``moment`` (timezone-aware) in a workflow body; elsewhere, a
     plain sleep until then."""
-    if moment.tzinfo is None:
-        raise ConfigurationError(f"sleep_until needs a timezone-aware datetime, got {moment!r}")
+    durations.deadline(moment, "sleep_until moment")
     ctx = body_context()
     if ctx is None:
         await anyio.sleep(max(0.0, (moment - datetime.now(UTC)).total_seconds()))
@@ -76,7 +68,7 @@ async def recv(topic: str = "", timeout: float | timedelta | None = None) -> Any
         raise FrameworkError("recv() works only in a workflow body, run by a worker or runner")
     if len(topic) > MAX_TOPIC:
         raise ConfigurationError(f"a topic is at most {MAX_TOPIC} characters, got {len(topic)}")
-    until = None if timeout is None else _duration(timeout, "recv timeout")
+    until = None if timeout is None else durations.delta(timeout, "recv timeout")
     name, input_json = "durable.recv", json.dumps([topic])
 
     async def over(index: int) -> str | None:

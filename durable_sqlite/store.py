@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,11 +35,18 @@ def normalize_url(url: str | sa.URL) -> sa.URL:
 
 class SQLiteConnector(SQLAlchemyConnector):
     """aiosqlite with WAL mode, a busy timeout and foreign keys on (one pooled connection
-    for an in-memory database, which would otherwise be a new empty one per connection)."""
+    for an in-memory database, which would otherwise be a new empty one per connection:
+    its transactions take turns on it)."""
+
+    def __init__(
+        self, url: str | sa.URL, *, engine_options: Mapping[str, Any] | None = None
+    ) -> None:
+        in_memory = sa.make_url(url).database in (None, "", ":memory:")
+        super().__init__(url, engine_options=engine_options, one_connection=in_memory)
 
     def create_engine(self) -> AsyncEngine:
         options = dict(self.engine_options)
-        in_memory = self.url.database in (None, "", ":memory:")
+        in_memory = self.one_connection
         if in_memory:
             options.setdefault("poolclass", StaticPool)
         engine = create_async_engine(self.url, **options)
@@ -59,8 +67,10 @@ class SQLiteConnector(SQLAlchemyConnector):
 class SQLiteStore(SQLStore):
     """A store in a SQLite file: WAL mode, a busy timeout, foreign keys on.
 
-    Safe under several connections in one or more processes. It cannot claim
-    work for a worker; run workflows with :class:`durable_core.testing.WorkflowRunner`.
+    Safe under several connections in one or more processes. ``sqlite:///:memory:``
+    is one connection, private to the store, whose transactions take turns: safe
+    under concurrent tasks. It cannot claim work for a worker; run workflows with
+    :class:`durable_core.testing.WorkflowRunner`.
     """
 
     def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
@@ -74,6 +84,7 @@ class SQLiteStore(SQLStore):
 
     @property
     def engine(self) -> AsyncEngine:
-        """The SQLAlchemy engine; there once the store is open."""
+        """The SQLAlchemy engine; there once the store is open. (In memory, what runs on
+        it directly does not wait for the store's transactions.)"""
         self._require_open()
         return self.connector.engine

@@ -15,6 +15,8 @@ import sqlalchemy as sa
 
 import durable_core
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus, workflow, workflow_step
+from durable_core.cli.running import worker_config
+from durable_core.config import SETTINGS
 from durable_core.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
@@ -380,3 +382,13 @@ async def test_stats_counts_what_is_left_by_queue_name_and_status(
         ("default", "pending", 2),
         ("reports", "pending", 1),
     ]
+
+
+def test_worker_concurrency_option_keeps_every_other_setting() -> None:
+    environ = {"WORKFLOW_GROUP_COMMIT": "0", "WORKFLOW_STEP_ROW_AFTER_MS": "5"}
+    config = worker_config(3, environ)
+    assert (config.concurrency, config.group_commit, config.step_row_after_ms) == (3, 0, 5)
+    from_env = worker_config(None, environ)
+    for setting in SETTINGS:
+        if setting.field != "concurrency":
+            assert getattr(config, setting.field) == getattr(from_env, setting.field), setting

@@ -236,7 +236,7 @@ def test_bad_policies_and_timeouts_are_refused_at_declaration() -> None:
         RetryPolicy(backoff_coefficient=0.5)
     with pytest.raises(ConfigurationError, match="retry_on must be a tuple"):
         RetryPolicy(retry_on=ValueError)  # type: ignore[arg-type]
-    with pytest.raises(RegistrationError, match="timeout must be positive"):
+    with pytest.raises(RegistrationError, match="@workflow_step timeout must be a positive"):
         workflow_step(timeout=0)
 
     async def body() -> None:

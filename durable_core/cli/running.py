@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from ..client import DurableClient
@@ -74,21 +76,24 @@ async def _worker(args: argparse.Namespace) -> int:
         if inspect.isawaitable(result):
             await result
     default_registry.assert_no_duplicates()
-    config = WorkflowConfig.from_env()
-    if args.concurrency is not None:
-        config = WorkflowConfig(
-            poll_interval_ms=config.poll_interval_ms,
-            concurrency=args.concurrency,
-            lock_timeout_secs=config.lock_timeout_secs,
-            max_attempts=config.max_attempts,
-            retry_backoff_secs=config.retry_backoff_secs,
-        )
+    config = worker_config(args.concurrency)
     async with opened_store(args.database_url, args.embedded_dir) as store:
         if args.migrate:
             await store.apply_schema()
         worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
         await worker.run(handle_signals=True)
     return 1 if worker.abandoned else 0
+
+
+def worker_config(
+    concurrency: int | None, environ: Mapping[str, str] | None = None
+) -> WorkflowConfig:
+    """The ``WORKFLOW_*`` settings of ``environ`` (default: the process's), with
+    ``--concurrency`` in place of ``WORKFLOW_CONCURRENCY`` when given."""
+    config = WorkflowConfig.from_env(environ)
+    if concurrency is not None:
+        config = dataclasses.replace(config, concurrency=concurrency)
+    return config
 
 
 async def _start(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
+import anyio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -127,14 +128,27 @@ class SQLAlchemyConnector:
 
     ``engine_options`` go to :func:`~sqlalchemy.ext.asyncio.create_async_engine`;
     subclasses override :meth:`create_engine` to add connection settings.
+
+    With ``one_connection`` (an engine whose pool holds a single connection every
+    checkout shares, as for in-memory SQLite) each transaction, and each statement
+    outside one, has the connection to itself: the others wait their turn, since a
+    commit or a return-to-pool rollback would end every transaction on it. A
+    transaction opened inside another by the same task joins it.
     """
 
     def __init__(
-        self, url: str | sa.URL, *, engine_options: Mapping[str, Any] | None = None
+        self,
+        url: str | sa.URL,
+        *,
+        engine_options: Mapping[str, Any] | None = None,
+        one_connection: bool = False,
     ) -> None:
         self.url = sa.make_url(url)
         self.engine_options = dict(engine_options or {})
+        self.one_connection = one_connection
         self._engine: AsyncEngine | None = None
+        self._turn: anyio.Lock | None = None
+        self._holders: dict[int, AsyncConnection] = {}
 
     @property
     def engine(self) -> AsyncEngine:
@@ -150,6 +164,7 @@ class SQLAlchemyConnector:
     async def open(self) -> None:
         if self._engine is None:
             self._engine = self.create_engine()
+            self._turn = anyio.Lock() if self.one_connection else None
 
     async def close(self) -> None:
         if self._engine is not None:
@@ -157,8 +172,28 @@ class SQLAlchemyConnector:
             await engine.dispose()
 
     @asynccontextmanager
+    async def _begun(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction, committed when the block ends without error."""
+        engine, turn = self.engine, self._turn
+        if turn is None:
+            async with engine.begin() as conn:
+                yield conn
+            return
+        task = anyio.get_current_task().id
+        held = self._holders.get(task)
+        if held is not None:
+            yield held
+            return
+        async with turn, engine.begin() as conn:
+            self._holders[task] = conn
+            try:
+                yield conn
+            finally:
+                del self._holders[task]
+
+    @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_EngineSession]:
-        async with self.engine.begin() as conn:
+        async with self._begun() as conn:
             yield _EngineSession(conn)
 
     async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
@@ -174,7 +209,7 @@ class SQLAlchemyConnector:
             await session.execute_many(statement, params)
 
     async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
-        async with self.engine.begin() as conn:
+        async with self._begun() as conn:
             return await conn.run_sync(work)
 
     def classify(self, exc: BaseException) -> Failure | None:
