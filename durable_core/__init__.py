@@ -66,7 +66,7 @@ from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
 from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
-from .waiting import recv, send, set_event, sleep, sleep_until
+from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
     "MAX_DURATION",
@@ -130,8 +130,10 @@ __all__ = [
     "deprecate_patch",
     "get_handle",
     "hookimpl",
+    "now",
     "open_store",
     "patched",
+    "random",
     "recv",
     "register_observer",
     "send",

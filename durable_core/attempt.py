@@ -1,37 +1,47 @@
-"""``Attempt``: the one owner of everything an attempt of a workflow writes.
+"""``Attempt``: the one door between a running workflow body and the world.
 
-Its lease (renewals, fencing, loss), its step rows, its settlement, its log
-fields and the observer events they fire all go through the attempt. Steps
-reach it through the running :class:`~durable_core.context.WorkflowContext`;
-the executor creates it and settles through it.
+Every effect of a body goes through its attempt and nowhere else: steps, waits,
+messages, events, child starts, schedule changes, patches, ``now()`` and
+``random()``. The attempt owns what they share: the journal (where each call
+stands, what a replay returns), the lease (renewals, fencing, loss), the body's
+cancel scope, the writes (to the store, or through a group commit) in the order
+their durability needs, and how the attempt ended (:class:`Ending`, decided once).
+
+Each primitive is one method here; the public functions (:func:`durable_core.sleep`,
+:func:`durable_core.recv`, ...) only check their arguments and call it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import enum
+import json
 import logging
+import random
 import time
-from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 
 from .coltypes import utcnow
 from .config import WorkflowConfig
-from .errors import (
-    FrameworkError,
-    InvalidStateError,
-    LeaseLostError,
-    StoreUnavailableError,
-    WorkflowTimeoutError,
-)
+from .context import enter_step, leave_step
+from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from .failures import dump_error, error_record
+from .group_commit import GroupCommit
 from .hooks import observers
-from .records import ClaimedWorkflow, StepRecord, StepStatus, Wait, WorkflowStatus
+from .journal import Call, Journal, derived_id
+from .records import ClaimedWorkflow, NewWorkflow, StepRecord, StepStatus, Wait, WaitKind
 from .retry import RetryPolicy
+from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
+from .suspension import Suspension, stopped
+
+if TYPE_CHECKING:
+    from .steps import Step
 
 
 class Keeper(Protocol):
@@ -42,11 +52,38 @@ class Keeper(Protocol):
         ...
 
 
+class Ending(enum.Enum):
+    """How an attempt ended other than by its body returning or raising."""
+
+    SUSPENDED = "waiting"
+    """Every branch waits: the row waits, holding no lease and no slot."""
+    CANCELLED = "cancelled"
+    """The workflow was cancelled while this attempt ran it."""
+    TIMED_OUT = "timed_out"
+    """The workflow's timeout passed."""
+    LEASE_LOST = "lease_lost"
+    """A write was refused or a renewal failed: the lease is gone (a reclaim, or a cancel
+    heard only through the refusal)."""
+
+
 logger = logging.getLogger("durable_core.worker")
 
 T = TypeVar("T")
 
 _MAX_STORE_BACKOFF = 2.0
+
+SUSPEND_RETRY_AFTER = 5.0
+"""A step retry due later than this many seconds waits as a durable wait (the workflow
+suspends once nothing else runs) instead of holding its worker slot."""
+
+
+def _instant(value: datetime | None) -> str:
+    return json.dumps(None if value is None else value.isoformat())
+
+
+def _parse_instant(text: str | None) -> datetime | None:
+    value = json.loads(text) if text else None
+    return None if value is None else datetime.fromisoformat(value)
 
 
 class Attempt:
@@ -58,11 +95,12 @@ class Attempt:
         config: WorkflowConfig,
         claimed: ClaimedWorkflow,
         clock: Callable[[], datetime] = utcnow,
-        writes: StepWriter | None = None,
+        group: GroupCommit | None = None,
     ) -> None:
         self.store = store
-        self.writes = store if writes is None else writes
-        """What the step rows and the settlement go through (the store, or a group commit)."""
+        self.group = group
+        self.writes: StepWriter = store if group is None else group
+        """What step rows and the settlement go through (the store, or a group commit)."""
         self.config = config
         self.claimed = claimed
         self.clock = clock
@@ -75,142 +113,465 @@ class Attempt:
             "max_attempts": claimed.max_attempts,
         }
         """What every log record and observer event of this attempt carries."""
-        self.steps: dict[int, StepRecord] = {}
+        self.journal = Journal(f"{claimed.name} ({claimed.id})")
         self.failed_step: tuple[int, str] | None = None
         """The step the attempt failed in, recorded with its error."""
         self.lease_deadline = time.monotonic() + config.lock_timeout_secs
         self.renew_at = anyio.current_time() + config.heartbeat_interval
-        self.lease_lost = False
-        self.suspended: Wait | None = None
+        self.ending: Ending | None = None
+        """How the attempt ended, once something other than the body's end decided it."""
+        self.suspended: list[Wait] = []
         """What the attempt suspended on, once it has."""
         self.policy: RetryPolicy | None = None
         """The workflow's retry policy (``None``: linear backoff, the configured budget)."""
-        self.cancelled = False
-        """The workflow was cancelled while this attempt ran it."""
         self.given_up: list[BaseException] = []
         """Errors a step's retry policy gave up on: if one fails the body, no attempt follows."""
         self.body_scope = anyio.CancelScope()
         self.patches: dict[str, bool] = {}
         """Each patch id's answer in this attempt (see :mod:`durable_core.patching`)."""
-        self._next_index = 0
+        self.calls = Suspension(self._suspend, clock, config.poll_interval)
+        """The durable calls in flight, and when they suspend the workflow."""
 
-    # -- the history --------------------------------------------------------------------------
+    # -- the history ----------------------------------------------------------------------------
 
     async def load_history(self) -> None:
-        """Read the cached steps (unless the claim brought them along)."""
+        """Read the recorded calls (unless the claim brought them along)."""
         steps = self.claimed.steps
         if steps is None:
             workflow_id = self.claimed.id
             steps = tuple(await self.persist(lambda: self.store.load_steps(workflow_id)))
-        self.steps = {step.step_index: step for step in steps}
+        self.journal = Journal(self.journal.workflow, steps)
 
-    def next_step_index(self) -> int:
-        """Assign the next step index; indexes follow the order of step calls."""
-        index = self._next_index
-        self._next_index += 1
-        return index
+    def _call(self, name: str, input_json: str | None = None, *, step: bool = False) -> Call:
+        """The next call of the running branch, checked against the journal."""
+        call = self.journal.call(name)
+        try:
+            self.journal.check(call, input_json, step=step)
+        except FrameworkError:
+            self.failed_step = (call.index, name)  # recorded against this call
+            raise
+        return call
 
-    def peek_step_index(self) -> int:
-        """The index the next step call will take."""
-        return self._next_index
+    # -- the door: what a body does -------------------------------------------------------------
 
-    # -- steps --------------------------------------------------------------------------------
+    async def run_step(self, step: Step[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+        """Run ``step`` durably: its recorded output on a replay, else its body, retried by
+        its policy, with each try and its end recorded."""
+        call = self.journal.call(step.name)
+        what = f"input of step {step.name!r} (index {call.index})"
+        try:
+            input_json = encode_arguments(args, kwargs, what=what)
+            self.journal.check(call, input_json, step=True)
+            if call.output is not None:
+                value = decode(call.output, what=f"cached output of step {step.name!r}")
+                self._replayed(call)
+                return value
+        except FrameworkError:
+            self.failed_step = (call.index, step.name)
+            raise
+        await self._enter()
+        try:
+            tries = 1
+            recorded = call.recorded
+            if recorded is not None and recorded.status is StepStatus.WAITING:
+                state = json.loads(recorded.output or "{}")
+                tries = int(state["tries"])
+                deadline = datetime.fromisoformat(state["deadline"])
+                await self._retry_wait(call, input_json, tries, deadline)
+                tries += 1
+            while True:
+                await self._write(
+                    lambda: self.writes.start_step(
+                        self.lease, call.index, call.name, input_json, path=call.stored_path
+                    )
+                )
+                observers().durable_step_started(step_attempt=tries, **self._step_fields(call))
+                token = enter_step()
+                try:
+                    result = await step.run_body(*args, **kwargs)
+                    output = encode(
+                        result, what=f"output of step {step.name!r} (index {call.index})"
+                    )
+                except Exception as exc:
+                    await self._step_failed(call, exc)
+                    policy = step.retry
+                    if policy is None:
+                        raise
+                    if not policy.retries(exc) or tries >= policy.max_attempts:
+                        self.given_up.append(exc)  # its policy decided: if it escapes, it fails
+                        raise
+                    delay = policy.delay(tries)
+                    if delay > SUSPEND_RETRY_AFTER:
+                        deadline = self.clock() + timedelta(seconds=delay)
+                        await self._retry_wait(call, input_json, tries, deadline)
+                    else:
+                        await anyio.sleep(delay)
+                    tries += 1
+                    continue
+                finally:
+                    leave_step(token)
+                self.failed_step = None  # a step retried to success is not the one that failed
+                await self._step_succeeded(call, input_json, output)
+                return result
+        finally:
+            self._leave()
 
-    def _step_fields(self, index: int, name: str) -> dict[str, Any]:
-        return {**self.fields, "step_index": index, "step_name": name}
+    async def effect(
+        self, name: str, input_json: str, act: Callable[[Call], Awaitable[str]]
+    ) -> str:
+        """Act once for this call site (``act(call)`` returns the output JSON to record);
+        a replay returns the recorded output without acting. It acts only once every
+        write before it has committed, so nothing it starts or sends can outlive a step
+        it depends on."""
+        call = self._call(name)
+        if call.output is not None:
+            self._replayed(call)
+            return call.output
+        await self._enter()
+        try:
+            await self._committed()
+            output = await self._write(lambda: act(call))
+            await self._record(call, input_json, output)
+            return output
+        finally:
+            self._leave()
 
-    def step_replayed(self, index: int, name: str) -> None:
-        """A step returned its cached output without running."""
-        observers().durable_step_succeeded(cached=True, **self._step_fields(index, name))
+    async def wait(
+        self,
+        name: str,
+        input_json: str,
+        *,
+        kind: WaitKind,
+        key: str,
+        until: timedelta | datetime | None,
+        over: Callable[[Call], Awaitable[str | None]],
+        timed_out: Callable[[datetime], str],
+    ) -> str:
+        """Wait at this call site until ``over(call)`` returns the output (having recorded
+        it) or the deadline passes (recording ``timed_out(deadline)``). In between the
+        branch blocks; once nothing else runs, the workflow suspends.
 
-    def replay_broken(self, index: int, name: str) -> None:
-        """Replaying the step at ``index`` broke the determinism contract or met a corrupt cache."""
-        self.failed_step = (index, name)
-
-    async def step_started(self, index: int, name: str, input_json: str, tries: int = 1) -> None:
-        """Record that a step's body is about to run with this input, for try ``tries``."""
-        await self.persist(lambda: self.writes.start_step(self.lease, index, name, input_json))
-        observers().durable_step_started(step_attempt=tries, **self._step_fields(index, name))
-
-    async def step_failed(self, index: int, name: str, exc: Exception) -> None:
-        """Record that a step's body raised ``exc``."""
-        self.failed_step = (index, name)
-        error = dump_error(error_record(exc, step_index=index, step_name=name))
-        await self.persist(lambda: self.writes.fail_step(self.lease, index, error))
-        observers().durable_step_failed(error=exc, **self._step_fields(index, name))
-
-    def give_up(self, exc: BaseException) -> None:
-        """A step's retry policy will not retry ``exc``: if it fails the body, nor will the
-        workflow's (a body that catches it goes on as usual)."""
-        self.given_up.append(exc)
-
-    async def step_succeeded(self, index: int, name: str, input_json: str, output: str) -> None:
-        """Record a step's output; a later replay in this attempt returns it from the cache."""
-        self.failed_step = None  # a step retried to success is no longer the one that failed
-        await self.persist(lambda: self.writes.complete_step(self.lease, index, output))
-        self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
-        observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
-
-    # -- durable primitives -------------------------------------------------------------------
-
-    async def record(self, index: int, name: str, input_json: str, output: str) -> None:
-        """Record a durable primitive's result (a send, a start, a wait that is over)."""
-        await self.persist(
-            lambda: self.writes.record_step(self.lease, index, name, input_json, output)
-        )
-        self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, output)
-        observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
-
-    async def receive(self, topic: str, index: int, name: str, input_json: str) -> str | None:
-        """Take the next message on ``topic`` as the output of step ``index``, if there is one."""
-        payload = await self.persist(
-            lambda: self.writes.receive(self.lease, topic, index, name, input_json)
-        )
-        if payload is not None:
-            self.steps[index] = StepRecord(index, name, StepStatus.SUCCEEDED, input_json, payload)
-            observers().durable_step_succeeded(cached=False, **self._step_fields(index, name))
-        return payload
-
-    async def suspend(self, wait: Wait, output: str) -> bool:
-        """Leave the workflow waiting on ``wait``; ``False`` when the wait is already over.
-
-        The workflow's own deadline, when sooner, ends the wait too (and the workflow).
+        The deadline (``until``, or ``until`` from the attempt's clock) is fixed the first
+        time the call runs and kept in its waiting row, so a replay waits for the same
+        moment.
         """
-        deadline = self.claimed.deadline
-        if deadline is not None and (wait.deadline is None or deadline < wait.deadline):
-            wait = dataclasses.replace(wait, deadline=deadline)
-        waits = [dataclasses.replace(wait, step_output=output)]
-        if await self.persist(lambda: self.writes.suspend(self.lease, waits)):
-            self.suspended = wait
-            return True
-        return False
+        call = self._call(name)
+        if call.output is not None:
+            self._replayed(call)
+            return call.output
+        recorded = call.recorded
+        if recorded is not None and recorded.status is StepStatus.WAITING:
+            deadline = _parse_instant(recorded.output)
+        else:
+            deadline = self.clock() + until if isinstance(until, timedelta) else until
+        await self._enter()
+        try:
+            while True:
+                result = await over(call)
+                if result is not None:
+                    return result
+                if deadline is not None and self.clock() >= deadline:
+                    output = timed_out(deadline)
+                    await self._record(call, input_json, output)
+                    return output
+                wait = Wait(
+                    kind,
+                    key,
+                    deadline,
+                    call.index,
+                    name,
+                    input_json,
+                    step_output=_instant(deadline),
+                    step_path=call.stored_path,
+                )
+                await self.calls.block(call.path, wait)
+        finally:
+            self._leave()
+
+    async def sleep(self, input_json: str, until: timedelta | datetime) -> None:
+        """A durable sleep: over at its deadline only."""
+        await self.wait(
+            "durable.sleep",
+            input_json,
+            kind=WaitKind.SLEEP,
+            key="",
+            until=until,
+            over=_never,
+            timed_out=lambda deadline: json.dumps(deadline.isoformat()),
+        )
+
+    async def recv(self, topic: str, until: timedelta | None) -> str:
+        """The next message on ``topic`` (its payload JSON), or ``"null"`` at the deadline."""
+        name, input_json = "durable.recv", json.dumps([topic])
+
+        async def over(call: Call) -> str | None:
+            payload = await self._write(
+                lambda: self.writes.receive(
+                    self.lease, topic, call.index, name, input_json, path=call.stored_path
+                )
+            )
+            if payload is not None:
+                self._recorded(call, input_json, payload)
+            return payload
+
+        return await self.wait(
+            name,
+            input_json,
+            kind=WaitKind.MESSAGE,
+            key=topic,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+
+    async def join(
+        self, child_id: str, until: timedelta | None, look: Callable[[], Awaitable[str | None]]
+    ) -> str:
+        """Wait for the child ``child_id`` to settle: ``look()`` reads its outcome JSON
+        (``None`` while it runs); ``"null"`` at the deadline."""
+        name, input_json = "durable.wait", json.dumps([child_id])
+
+        async def over(call: Call) -> str | None:
+            output = await look()
+            if output is not None:
+                await self._record(call, input_json, output)
+            return output
+
+        return await self.wait(
+            name,
+            input_json,
+            kind=WaitKind.CHILD,
+            key=child_id,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
 
     async def set_event(self, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for this workflow."""
-        await self.persist(lambda: self.writes.set_event(self.lease, key, value))
+        """Publish ``value`` under ``key`` for this workflow, once per call site."""
 
-    def waiting(self) -> WorkflowStatus:
-        """The attempt ended suspended: the row waits, holding no lease and no slot."""
-        wait = self.suspended
-        assert wait is not None
-        logger.info(
-            "workflow %s waiting for %s",
-            self.claimed.name,
-            wait.waiting_for,
-            extra={**self.fields, "outcome": "waiting"},
-        )
-        observers().durable_workflow_waiting(
-            waiting_for=wait.waiting_for, wake_at=wait.deadline, **self.fields
-        )
-        return WorkflowStatus.WAITING
+        async def publish(call: Call) -> str:
+            await self.writes.set_event(self.lease, key, value)
+            return "null"
 
-    # -- the lease ----------------------------------------------------------------------------
+        await self.effect("durable.set_event", json.dumps([key]), publish)
+
+    async def send(
+        self,
+        workflow_id: str,
+        topic: str,
+        payload: str,
+        idempotency_key: str | None,
+        store: Store | None = None,
+    ) -> None:
+        """Send ``payload`` to ``workflow_id``'s ``recv(topic)`` once per call site (its
+        idempotency key derived from the call unless given), on ``store`` (this one)."""
+
+        async def deliver(call: Call) -> str:
+            key = idempotency_key or derived_id(self.claimed.id, call.path)
+            await (store or self.store).send(workflow_id, topic, payload, key)
+            return "null"
+
+        await self.effect("durable.send", json.dumps([workflow_id, topic]), deliver)
+
+    async def start(
+        self,
+        rows: Sequence[NewWorkflow],
+        chosen: Sequence[bool],
+        write: Callable[[list[NewWorkflow]], Awaitable[None]],
+        *,
+        children: bool,
+    ) -> list[str]:
+        """Start ``rows`` once per call site through ``write``; their ids. ``children``
+        (on this store) take ids derived from the call unless ``chosen[i]``, and this
+        workflow as their parent; others keep the ids they have, recorded."""
+        calls = json.dumps(
+            [[row.name, row.id if named else None] for row, named in zip(rows, chosen, strict=True)]
+        )
+        parent = self.claimed.id
+
+        async def start(call: Call) -> str:
+            made = [
+                dataclasses.replace(
+                    row,
+                    id=row.id if named else derived_id(parent, call.path, n),
+                    parent_id=parent,
+                )
+                if children
+                else row
+                for n, (row, named) in enumerate(zip(rows, chosen, strict=True))
+            ]
+            await write(made)
+            return json.dumps([row.id for row in made])
+
+        return list(json.loads(await self.effect("durable.start", calls, start)))
+
+    async def now(self) -> datetime:
+        """The time, recorded the first time this call runs (a replay returns the same)."""
+
+        async def read(call: Call) -> str:
+            return json.dumps(self.clock().isoformat())
+
+        return datetime.fromisoformat(json.loads(await self.effect("durable.now", "[]", read)))
+
+    async def random(self) -> float:
+        """A random float in [0, 1), recorded the first time this call runs."""
+
+        async def draw(call: Call) -> str:
+            return json.dumps(random.random())
+
+        return float(json.loads(await self.effect("durable.random", "[]", draw)))
+
+    async def patched(self, patch_id: str, name: str) -> bool:
+        """Whether this run takes the new branch of the change ``patch_id`` (its marker
+        step ``name``); see :mod:`durable_core.patching`."""
+        decided = self.patches.get(patch_id)
+        if decided is not None:
+            return decided
+        found = self.journal.peek()
+        if found is not None and not (
+            found.step_name == name and found.status is StepStatus.SUCCEEDED
+        ):
+            self.patches[patch_id] = False  # the old code ran here: the index is not used up
+            return False
+
+        async def mark(call: Call) -> str:
+            return "true"
+
+        await self.effect(name, json.dumps([patch_id]), mark)
+        self.patches[patch_id] = True
+        return True
+
+    def deprecate_patch(self, patch_id: str, name: str) -> None:
+        """Replay past the marker of ``patch_id`` if the history has one; record nothing."""
+        if self.patches.get(patch_id) is not None:
+            return
+        found = self.journal.peek()
+        if found is not None and found.step_name == name:
+            self._replayed(self.journal.call(name))
+        self.patches[patch_id] = True
+
+    # -- what the door does for each call -------------------------------------------------------
+
+    def _step_fields(self, call: Call) -> dict[str, Any]:
+        return {**self.fields, "step_index": call.index, "step_name": call.name}
+
+    def _replayed(self, call: Call) -> None:
+        observers().durable_step_succeeded(cached=True, **self._step_fields(call))
+
+    def _recorded(self, call: Call, input_json: str, output: str) -> None:
+        self.journal.record(
+            call,
+            StepRecord(
+                call.index,
+                call.name,
+                StepStatus.SUCCEEDED,
+                input_json,
+                output,
+                path=call.stored_path,
+            ),
+        )
+        observers().durable_step_succeeded(cached=False, **self._step_fields(call))
+
+    async def _record(self, call: Call, input_json: str, output: str) -> None:
+        """Record a durable primitive's output as its call's (in one write)."""
+        await self._write(
+            lambda: self.writes.record_step(
+                self.lease, call.index, call.name, input_json, output, path=call.stored_path
+            )
+        )
+        self._recorded(call, input_json, output)
+
+    async def _step_succeeded(self, call: Call, input_json: str, output: str) -> None:
+        await self._write(lambda: self.writes.complete_step(self.lease, call.index, output))
+        self._recorded(call, input_json, output)
+
+    async def _step_failed(self, call: Call, exc: Exception) -> None:
+        self.failed_step = (call.index, call.name)
+        error = dump_error(error_record(exc, step_index=call.index, step_name=call.name))
+        await self._write(lambda: self.writes.fail_step(self.lease, call.index, error))
+        observers().durable_step_failed(error=exc, **self._step_fields(call))
+
+    async def _retry_wait(
+        self, call: Call, input_json: str, tries: int, deadline: datetime
+    ) -> None:
+        """Until a step's next try is due, as a durable wait (the step's row keeps the try
+        count and the deadline)."""
+        state = json.dumps({"deadline": deadline.isoformat(), "tries": tries})
+        wait = Wait(
+            WaitKind.RETRY,
+            call.name,
+            deadline,
+            call.index,
+            call.name,
+            input_json,
+            step_output=state,
+            step_path=call.stored_path,
+        )
+        while self.clock() < deadline:
+            await self.calls.block(call.path, wait)
+
+    async def _enter(self) -> None:
+        """A durable call begins; none may once the attempt has ended (or its body has: a
+        task the body left behind)."""
+        if self.ending is not None or self.calls.closed:
+            await stopped()
+        await self.calls.enter()
+        if self.ending is not None:
+            self.calls.leave()
+            await stopped()
+
+    def _leave(self) -> None:
+        self.calls.leave()
+
+    async def _committed(self) -> None:
+        """Return once every write this attempt made has committed."""
+        if self.group is not None:
+            await self._write(lambda: cast(GroupCommit, self.group).committed(self.lease))
+
+    async def _write(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """A write of the body: a lost lease ends the attempt and stops the body."""
+        try:
+            return await self.persist(operation)
+        except LeaseLostError:
+            self.end(Ending.LEASE_LOST)
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise
+
+    async def _suspend(self, waits: list[Wait]) -> bool:
+        """Leave the workflow waiting on ``waits`` and stop the body; ``False`` when one
+        of them is over already. The workflow's own deadline, when sooner, ends each."""
+        deadline = self.claimed.deadline
+        if deadline is not None:
+            waits = [
+                dataclasses.replace(wait, deadline=deadline)
+                if wait.deadline is None or deadline < wait.deadline
+                else wait
+                for wait in waits
+            ]
+        if not await self._write(lambda: self.writes.suspend(self.lease, waits)):
+            return False
+        self.suspended = waits
+        self.end(Ending.SUSPENDED)
+        return True
+
+    # -- the lease and the end ------------------------------------------------------------------
+
+    def end(self, ending: Ending) -> None:
+        """The attempt ended as ``ending`` (the first ending decided stands): stop the body."""
+        if self.ending is None:
+            self.ending = ending
+        self.body_scope.cancel()
+
+    def cancel(self) -> None:
+        """Stop the body at once: the workflow was cancelled."""
+        self.end(Ending.CANCELLED)
 
     async def persist(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run a store write, retrying while the database is unreachable and the lease lasts."""
         delay = 0.05
         while True:
-            if self.lease_lost:
+            if self.ending is Ending.LEASE_LOST:
                 raise LeaseLostError(
                     f"worker {self.lease.worker_id} lost the lease on workflow {self.claimed.id}"
                 )
@@ -226,14 +587,13 @@ class Attempt:
                 delay = min(delay * 2, _MAX_STORE_BACKOFF)
 
     async def renew(self, keeper: Keeper) -> None:
-        """Renew the lease once; on its loss, cancel the body. Then schedule the next renewal."""
+        """Renew the lease once; on its loss, end the attempt. Then schedule the next renewal."""
         config = self.config
         try:
             await self.store.heartbeat(self.lease, config.lock_timeout_secs)
         except LeaseLostError:
             if keeper.keeps(self):
-                self.lease_lost = True
-                self.body_scope.cancel()
+                self.end(Ending.LEASE_LOST)
             return
         except StoreUnavailableError as exc:
             logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
@@ -242,112 +602,6 @@ class Attempt:
         else:
             self.lease_deadline = time.monotonic() + config.lock_timeout_secs
         self.renew_at = anyio.current_time() + config.heartbeat_interval
-
-    # -- settling -----------------------------------------------------------------------------
-
-    def claimed_event(self, workflow_name: str) -> None:
-        """The attempt began: the worker holds the lease and is about to run the body."""
-        claimed, queue_wait = self.claimed, None
-        if claimed.crashed is None and claimed.due_at is not None:
-            taken = claimed.lease.started_at or self.clock()
-            queue_wait = max(0.0, (taken - claimed.due_at).total_seconds())
-        observers().durable_workflow_claimed(
-            workflow_name=workflow_name,
-            queue_wait=queue_wait,
-            headers=claimed.headers or {},
-            **self.fields,
-        )
-
-    async def succeed(self, output: str) -> WorkflowStatus:
-        """Settle as succeeded with this output JSON."""
-        await self.persist(
-            lambda: self.writes.settle(
-                self.lease,
-                WorkflowStatus.SUCCEEDED,
-                output=output,
-                parent_id=self.claimed.parent_id,
-            )
-        )
-        logger.info(
-            "workflow %s succeeded",
-            self.claimed.name,
-            extra={**self.fields, "outcome": "succeeded"},
-        )
-        observers().durable_workflow_succeeded(output=output, **self.fields)
-        return WorkflowStatus.SUCCEEDED
-
-    async def fail(self, exc: BaseException, *, retryable: bool | None = None) -> WorkflowStatus:
-        """Settle a failed attempt: pending again after the backoff while the budget lasts
-        (and the error can be retried), else failed."""
-        claimed, policy = self.claimed, self.policy
-        if retryable is None:
-            if any(exc is given for given in self.given_up):
-                retryable = False
-            elif policy is not None:
-                retryable = policy.retries(exc)
-            else:
-                retryable = not isinstance(exc, FrameworkError) or exc.retryable
-        index, name = self.failed_step or (None, None)
-        record = error_record(exc, step_index=index, step_name=name)
-        error = dump_error(record)
-        if retryable and claimed.attempts < claimed.max_attempts:
-            delay = (
-                policy.delay(claimed.attempts)
-                if policy is not None
-                else self.config.retry_delay(claimed.attempts)
-            )
-            if claimed.deadline is not None:  # the retry is due by the deadline at the latest
-                left = (claimed.deadline - self.clock()).total_seconds()
-                delay = max(0.0, min(delay, left))
-            await self.persist(
-                lambda: self.writes.settle(
-                    self.lease, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay
-                )
-            )
-            logger.warning(
-                "workflow %s attempt %d/%d failed (%s: %s); retrying in %.1fs",
-                claimed.name,
-                claimed.attempts,
-                claimed.max_attempts,
-                record["type"],
-                exc,
-                delay,
-                extra={**self.fields, "outcome": "retry", "error_type": record["type"]},
-            )
-            observers().durable_retry_scheduled(error=record, delay_seconds=delay, **self.fields)
-            return WorkflowStatus.PENDING
-        await self.persist(
-            lambda: self.writes.settle(
-                self.lease, WorkflowStatus.FAILED, error=error, parent_id=self.claimed.parent_id
-            )
-        )
-        logger.error(
-            "workflow %s failed on attempt %d/%d (%s: %s)",
-            claimed.name,
-            claimed.attempts,
-            claimed.max_attempts,
-            record["type"],
-            exc,
-            extra={**self.fields, "outcome": "failed", "error_type": record["type"]},
-        )
-        observers().durable_workflow_failed(error=record, **self.fields)
-        return WorkflowStatus.FAILED
-
-    def cancel(self) -> None:
-        """Stop the body at once: the workflow was cancelled."""
-        self.cancelled = True
-        self.body_scope.cancel()
-
-    async def was_cancelled(self) -> WorkflowStatus:
-        """The attempt ended because the workflow was cancelled (by a user, not a crash)."""
-        await self._record_end("cancelled", None)
-        logger.info(
-            "workflow %s cancelled; its body was stopped",
-            self.claimed.name,
-            extra={**self.fields, "outcome": "cancelled"},
-        )
-        observers().durable_workflow_cancelled(**self.fields)
-        return WorkflowStatus.CANCELLED
 
     def past_deadline(self) -> bool:
         """Whether the workflow's timeout has passed."""
@@ -359,73 +613,7 @@ class Attempt:
         deadline = self.claimed.deadline
         return None if deadline is None else (deadline - self.clock()).total_seconds()
 
-    async def time_out(self) -> WorkflowStatus:
-        """The workflow's timeout passed: cancel it and its unfinished children, with the
-        timeout recorded as its error."""
-        claimed = self.claimed
-        exc = WorkflowTimeoutError(
-            f"workflow {claimed.name} ({claimed.id}) timed out: its deadline "
-            f"{claimed.deadline} passed"
-        )
-        error = dump_error(error_record(exc, step_index=None, step_name=None))
-        # Recorded first: whoever sees the workflow cancelled sees why in its history.
-        await self._record_end("timed_out", error)
-        with contextlib.suppress(InvalidStateError):  # it ended meanwhile
-            await self.store.cancel_workflow(claimed.id, error)
-        logger.warning(
-            "workflow %s timed out and was cancelled",
-            claimed.name,
-            extra={**self.fields, "outcome": "timed_out"},
-        )
-        observers().durable_workflow_cancelled(**self.fields)
-        return WorkflowStatus.CANCELLED
 
-    async def record_crash(self) -> None:
-        """The attempt before this one ended by its lease expiring: record it as crashed."""
-        crashed = self.claimed.crashed
-        if crashed is None:
-            return
-        error = dump_error(
-            {
-                "type": "durable_core.crashed",
-                "message": f"worker {crashed.worker_id} stopped renewing its lease (it crashed "
-                "or stalled); the lease expired and another attempt took over",
-                "traceback": None,
-            }
-        )
-        ended = self.claimed.crashed_at
-        await self.persist(lambda: self.store.record_attempt(crashed, "crashed", error, ended))
-
-    async def _record_end(self, outcome: str, error: str | None) -> None:
-        """Record how this attempt ended when it could not settle (the lease is gone)."""
-        try:
-            await self.store.record_attempt(self.lease, outcome, error)
-        except FrameworkError as exc:
-            logger.warning("could not record the attempt's end: %s", exc, extra=self.fields)
-
-    def lost(self) -> None:
-        """The lease was taken from under this attempt; its new owner settles the workflow."""
-        logger.warning(
-            "lost the lease on workflow %s; another worker owns it now",
-            self.claimed.id,
-            extra={**self.fields, "outcome": "lease_lost"},
-        )
-        observers().durable_lease_lost(**self.fields)
-
-    def unsettled(self, exc: BaseException) -> None:
-        """The attempt could not be settled: its lease will expire and it will be reclaimed."""
-        if isinstance(exc, FrameworkError):
-            logger.error(
-                "could not settle workflow %s (%s); its lease will expire and it will be reclaimed",
-                self.claimed.id,
-                exc,
-                extra={**self.fields, "outcome": "unsettled"},
-            )
-        else:
-            logger.error(
-                "internal error running workflow %s; its lease will expire and it will be "
-                "reclaimed",
-                self.claimed.id,
-                exc_info=exc,
-                extra={**self.fields, "outcome": "unsettled"},
-            )
+async def _never(call: Call) -> None:
+    """A wait that only its deadline ends (a sleep)."""
+    return None

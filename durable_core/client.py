@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from . import durations
 from .config import WorkflowConfig
-from .context import WorkflowContext
+from .context import WorkflowContext, body_context, body_effect
 from .errors import (
     ConfigurationError,
     InvalidArgumentsError,
@@ -34,7 +34,6 @@ from .errors import (
 )
 from .handle import WorkflowHandle
 from .hooks import observers, workflow_headers
-from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
     FOREVER,
@@ -230,10 +229,13 @@ class DurableClient(ScheduleMethods):
     async def _enqueue(
         self, rows: list[NewWorkflow], chosen: Sequence[bool]
     ) -> list[WorkflowHandle[Any]]:
-        """Write ``rows``; ``chosen[i]`` says whether the caller named row ``i``'s id."""
+        """Write ``rows``; ``chosen[i]`` says whether the caller named row ``i``'s id. From a
+        workflow body, through its attempt: once per call site, after the steps before it
+        have committed, and on the same store as children of the workflow."""
         ctx = body_context()
-        if ctx is not None and ctx.store is self.store:
-            rows = await self._start_children(ctx, rows, chosen)
+        if ctx is not None:
+            ids = await ctx.run.start(rows, chosen, self._write, children=ctx.store is self.store)
+            rows = [replace(row, id=child_id) for row, child_id in zip(rows, ids, strict=True)]
         else:
             await self._write(rows)
         return [WorkflowHandle(self.store, row.id, row.name) for row in rows]
@@ -248,30 +250,6 @@ class DurableClient(ScheduleMethods):
                     workflow_name=row.name,
                     max_attempts=row.max_attempts,
                 )
-
-    async def _start_children(
-        self, ctx: WorkflowContext, rows: list[NewWorkflow], chosen: Sequence[bool]
-    ) -> list[NewWorkflow]:
-        """Start children from a workflow body: once per call site, with ids derived from
-        the parent's id and the call's step index unless the caller chose them."""
-        calls = json.dumps(
-            [[row.name, row.id if named else None] for row, named in zip(rows, chosen, strict=True)]
-        )
-
-        async def start(index: int) -> str:
-            children = [
-                replace(
-                    row,
-                    id=row.id if named else derived_id(ctx.workflow_id, index, n),
-                    parent_id=ctx.workflow_id,
-                )
-                for n, (row, named) in enumerate(zip(rows, chosen, strict=True))
-            ]
-            await self._write(children)
-            return json.dumps([child.id for child in children])
-
-        started = json.loads(await once(ctx, "durable.start", calls, start))
-        return [replace(row, id=child_id) for row, child_id in zip(rows, started, strict=True)]
 
     async def start_workflow(
         self, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
@@ -340,11 +318,15 @@ class DurableClient(ScheduleMethods):
         A repeated send with the same ``idempotency_key`` delivers nothing more.
         """
         payload = encode(message, what=f"message to workflow {workflow_id}")
+        ctx = body_context()
+        if ctx is not None:
+            await ctx.run.send(workflow_id, topic, payload, idempotency_key, self.store)
+            return
         await self.store.send(workflow_id, topic, payload, idempotency_key or str(uuid.uuid4()))
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow and its unfinished children (see :meth:`WorkflowHandle.cancel`)."""
-        await self.store.cancel_workflow(workflow_id)
+        await self.handle(workflow_id).cancel()
 
     def handle(self, workflow_id: str) -> WorkflowHandle[Any]:
         """A handle to an existing workflow."""
@@ -421,7 +403,12 @@ class DurableClient(ScheduleMethods):
     async def retry(self, workflow_id: str) -> None:
         """Put a failed or cancelled workflow back to pending with a fresh attempt budget;
         its succeeded steps stay cached, so it resumes where it stopped."""
-        await self.store.retry_workflow(workflow_id)
+
+        async def retry() -> str:
+            await self.store.retry_workflow(workflow_id)
+            return "null"
+
+        await body_effect("durable.retry", [workflow_id], retry)
 
     async def fork(self, workflow_id: str, *, from_step: int) -> WorkflowHandle[Any]:
         """Start a new workflow (a new id) with the name, input, attempt budget and timeout
@@ -446,11 +433,16 @@ class DurableClient(ScheduleMethods):
             concurrency_key=source.concurrency_key,
             headers=source.headers,
         )
-        await self.store.fork_workflow(row, workflow_id, from_step)
-        observers().durable_workflow_enqueued(
-            workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
-        )
-        return WorkflowHandle(self.store, row.id, row.name)
+
+        async def fork() -> str:
+            await self.store.fork_workflow(row, workflow_id, from_step)
+            observers().durable_workflow_enqueued(
+                workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
+            )
+            return json.dumps(row.id)
+
+        forked = json.loads(await body_effect("durable.fork", [workflow_id, from_step], fork))
+        return WorkflowHandle(self.store, forked, row.name)
 
 
 async def start_workflow(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from .errors import FrameworkError
 from .store import Store
 
 if TYPE_CHECKING:
@@ -29,11 +33,13 @@ class WorkflowContext:
     max_attempts: int
     worker_id: str
     run: Attempt = field(repr=False)
-    """The attempt being run: steps record themselves through it."""
+    """The attempt being run: every durable call of the body goes through it."""
+    scheduled_at: datetime | None = None
+    """The tick a schedule started this workflow for (``None``: not started by one)."""
 
     @property
     def store(self) -> Store:
-        """The store the workflow runs on."""
+        """The store the workflow runs on (for reads: writes go through :attr:`run`)."""
         return self.run.store
 
     @staticmethod
@@ -69,3 +75,31 @@ def enter_step() -> Token[bool]:
 def leave_step(token: Token[bool]) -> None:
     """Undo :func:`enter_step`."""
     _inside_step.reset(token)
+
+
+def body_context(primitive: str | None = None) -> WorkflowContext | None:
+    """The running workflow when called from its body (not from a step), else ``None``.
+
+    With ``primitive``, a call from a step raises: that primitive works only in a body.
+    """
+    ctx = _current.get()
+    if ctx is None:
+        return None
+    if _inside_step.get():
+        if primitive is not None:
+            raise FrameworkError(
+                f"{primitive} works in a workflow body, not inside a step "
+                f"(workflow {ctx.workflow_name} {ctx.workflow_id}): call it from the body"
+            )
+        return None
+    return ctx
+
+
+async def body_effect(name: str, args: list[Any], act: Callable[[], Awaitable[str]]) -> str:
+    """Run the write ``act`` (it returns its output JSON). From a workflow body, through
+    the attempt: once per call site (a replay returns the recorded output), after every
+    write before it has committed. Elsewhere, at once."""
+    ctx = body_context()
+    if ctx is None:
+        return await act()
+    return await ctx.run.effect(name, json.dumps(args), lambda call: act())

@@ -1,33 +1,43 @@
 """Running one attempt of one workflow instance to its settlement.
 
 The executor is shared by the PostgreSQL worker and the in-process test
-runner. Whatever escapes the body (a returned failure, a bug, a determinism
-error) is caught and settled by the :class:`~durable_core.attempt.Attempt`:
-retried with linear backoff while the attempt budget lasts, then ``failed``
-with the error recorded. A row is never left ``running`` by an exception;
-only a crash leaves it so, and the lease expiry recovers it.
+runner. Whatever the body does (returns, raises an exception or any
+``BaseException``, is cancelled, suspends, loses its lease) ends in one decision
+about how the attempt ended, and :mod:`~durable_core.settling` writes it: retried
+with backoff while the attempt budget lasts, then ``failed`` with the error
+recorded. A row is never left ``running`` by anything the body does; only a crash
+leaves it so, and the lease expiry recovers it. Nothing a body does ends the
+worker or touches another workflow.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 import anyio
 
-from .attempt import Attempt
+from . import settling
+from .attempt import Attempt, Ending
 from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .errors import FrameworkError, LeaseLostError
 from .group_commit import GroupCommit
-from .journal import Suspended
 from .leases import LeaseKeeper
 from .records import ClaimedWorkflow, WorkflowStatus
-from .registry import Registry, default_registry
+from .registry import Registry, Workflow, default_registry
+from .schedules import SCHEDULED_AT, scheduled_at
 from .serialization import decode_arguments, encode
-from .store import Store
+
+
+class BodyRaisedError(FrameworkError):
+    """A workflow body raised a ``BaseException`` that is not an ``Exception`` (a
+    ``SystemExit``, a ``KeyboardInterrupt``, a stray cancellation): it fails the attempt
+    like any error, and never the worker."""
 
 
 class Executor:
@@ -35,7 +45,7 @@ class Executor:
 
     def __init__(
         self,
-        store: Store,
+        store: Any,
         config: WorkflowConfig | None = None,
         *,
         registry: Registry | None = None,
@@ -77,27 +87,104 @@ class Executor:
         lease) is logged and its error raised; its lease expires and it is reclaimed.
         """
         attempt = Attempt(self.store, self.config, claimed, self.clock, self.group)
-        attempt.claimed_event(claimed.name)
+        settling.claimed(attempt)
         self._running[claimed.id] = attempt
         try:
             return await self._run(attempt)
-        except LeaseLostError:
-            if attempt.suspended is not None:
-                return attempt.waiting()  # a write after the suspension (a `finally:`)
-            if attempt.past_deadline():
-                return await attempt.time_out()
-            if attempt.cancelled or await self._cancelled(claimed.id):
-                return await attempt.was_cancelled()
-            attempt.lost()
-            return None
+        except LeaseLostError:  # refused while settling: the body had ended
+            return await self._lease_lost(attempt)
         except Exception as exc:
-            attempt.unsettled(exc)
+            settling.unsettled(attempt, exc)
             raise
         finally:
             if self._running.get(claimed.id) is attempt:
                 del self._running[claimed.id]
             if self.group is not None:
                 self.group.forget(claimed.id)
+
+    async def _run(self, attempt: Attempt) -> WorkflowStatus | None:
+        claimed = attempt.claimed
+        if claimed.attempts > claimed.max_attempts:
+            exhausted = FrameworkError(
+                f"workflow {claimed.name} ({claimed.id}) was reclaimed after its lease expired, "
+                f"but its attempt budget of {claimed.max_attempts} is spent"
+            )
+            return await settling.fail(attempt, exhausted, retryable=False)
+        try:
+            definition = self.registry.get(claimed.name)
+            args, kwargs = decode_arguments(
+                claimed.input, what=f"input of workflow {claimed.name} ({claimed.id})"
+            )
+        except FrameworkError as exc:
+            return await settling.fail(attempt, exc, retryable=False)
+
+        attempt.policy = definition.retry
+        await settling.record_crash(attempt)
+        if attempt.past_deadline():
+            return await settling.timed_out(attempt)
+        await attempt.load_history()
+        ctx = WorkflowContext(
+            workflow_id=claimed.id,
+            workflow_name=claimed.name,
+            attempt=claimed.attempts,
+            max_attempts=claimed.max_attempts,
+            worker_id=claimed.lease.worker_id,
+            run=attempt,
+            scheduled_at=scheduled_at(claimed.headers),
+        )
+        if ctx.scheduled_at is not None and _takes_scheduled_at(definition):
+            kwargs.setdefault(SCHEDULED_AT, ctx.scheduled_at)
+        left = attempt.seconds_left()
+        if left is not None:  # the body stops when the workflow's timeout passes
+            attempt.body_scope.deadline = anyio.current_time() + left
+        if self._keeper is not None:
+            result, failure = await self._kept(self._keeper, ctx, definition.fn, args, kwargs)
+        else:
+            async with anyio.create_task_group() as own:
+                keeper = LeaseKeeper()
+                own.start_soon(keeper.run, self.config.heartbeat_interval)
+                try:
+                    result, failure = await self._kept(keeper, ctx, definition.fn, args, kwargs)
+                finally:
+                    own.cancel_scope.cancel()
+        return await self._settle(attempt, result, failure)
+
+    async def _settle(
+        self, attempt: Attempt, result: Any, failure: BaseException | None
+    ) -> WorkflowStatus | None:
+        """Settle as the attempt ended: its ending when something decided one, else as
+        its body returned or raised."""
+        ending = attempt.ending
+        if ending is None and attempt.body_scope.cancel_called and attempt.past_deadline():
+            ending = Ending.TIMED_OUT
+        if ending is Ending.SUSPENDED:
+            return settling.waiting(attempt)
+        if ending is Ending.TIMED_OUT:
+            return await settling.timed_out(attempt)
+        if ending is Ending.CANCELLED:
+            return await settling.cancelled(attempt)
+        if ending is Ending.LEASE_LOST or isinstance(failure, LeaseLostError):
+            return await self._lease_lost(attempt)
+        if failure is None:
+            try:
+                output = encode(result, what=f"output of workflow {attempt.claimed.name}")
+            except FrameworkError as exc:
+                failure = exc
+            else:
+                return await settling.succeed(attempt, output)
+        return await settling.fail(attempt, failure)
+
+    async def _lease_lost(self, attempt: Attempt) -> WorkflowStatus | None:
+        """The lease is gone: because the timeout passed, because the workflow was
+        cancelled (heard only through a refused write), or because another worker took it."""
+        if attempt.ending is Ending.SUSPENDED:
+            return settling.waiting(attempt)  # refused after the suspension (a `finally:`)
+        if attempt.past_deadline():
+            return await settling.timed_out(attempt)
+        if attempt.ending is Ending.CANCELLED or await self._cancelled(attempt.claimed.id):
+            return await settling.cancelled(attempt)
+        settling.lost(attempt)
+        return None
 
     async def _cancelled(self, workflow_id: str) -> bool:
         """Whether the lease was lost because the workflow was cancelled."""
@@ -107,67 +194,6 @@ class Executor:
             return False
         return record is not None and record.status is WorkflowStatus.CANCELLED
 
-    async def _run(self, attempt: Attempt) -> WorkflowStatus:
-        claimed = attempt.claimed
-        if claimed.attempts > claimed.max_attempts:
-            exhausted = FrameworkError(
-                f"workflow {claimed.name} ({claimed.id}) was reclaimed after its lease expired, "
-                f"but its attempt budget of {claimed.max_attempts} is spent"
-            )
-            return await attempt.fail(exhausted, retryable=False)
-        try:
-            definition = self.registry.get(claimed.name)
-            args, kwargs = decode_arguments(
-                claimed.input, what=f"input of workflow {claimed.name} ({claimed.id})"
-            )
-        except FrameworkError as exc:
-            return await attempt.fail(exc, retryable=False)
-
-        attempt.policy = definition.retry
-        await attempt.record_crash()
-        if attempt.past_deadline():
-            return await attempt.time_out()
-        await attempt.load_history()
-        ctx = WorkflowContext(
-            workflow_id=claimed.id,
-            workflow_name=claimed.name,
-            attempt=claimed.attempts,
-            max_attempts=claimed.max_attempts,
-            worker_id=claimed.lease.worker_id,
-            run=attempt,
-        )
-        body = definition.fn
-        left = attempt.seconds_left()
-        if left is not None:  # the body stops when the workflow's timeout passes
-            attempt.body_scope.deadline = anyio.current_time() + left
-        if self._keeper is not None:
-            result, failure = await self._kept(self._keeper, ctx, body, args, kwargs)
-        else:
-            async with anyio.create_task_group() as own:
-                keeper = LeaseKeeper()
-                own.start_soon(keeper.run, self.config.heartbeat_interval)
-                try:
-                    result, failure = await self._kept(keeper, ctx, body, args, kwargs)
-                finally:
-                    own.cancel_scope.cancel()
-
-        if attempt.suspended is not None:
-            return attempt.waiting()
-        if attempt.body_scope.cancelled_caught and attempt.past_deadline():
-            return await attempt.time_out()
-        if attempt.cancelled:
-            return await attempt.was_cancelled()
-        if attempt.lease_lost or isinstance(failure, LeaseLostError):
-            raise LeaseLostError(f"lease lost on workflow {claimed.id}")
-        if failure is None:
-            try:
-                output = encode(result, what=f"output of workflow {claimed.name}")
-            except FrameworkError as exc:
-                failure = exc
-            else:
-                return await attempt.succeed(output)
-        return await attempt.fail(failure)
-
     @staticmethod
     async def _kept(
         keeper: LeaseKeeper,
@@ -175,20 +201,35 @@ class Executor:
         fn: Callable[..., Awaitable[Any]],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> tuple[Any, Exception | None]:
+    ) -> tuple[Any, BaseException | None]:
         """Run the body as the current workflow, its lease renewed by ``keeper`` until it
-        ends: ``(result, None)`` or ``(None, exception)``."""
+        ends: ``(result, None)`` or ``(None, what it raised)``. Only a cancellation of the
+        worker itself goes through."""
         attempt = ctx.run
         token = ctx.activate()
+        branch = attempt.journal.enter()
         keeper.keep(attempt)
+        cancelled = anyio.get_cancelled_exc_class()
         try:
             with attempt.body_scope:
                 return await fn(*args, **kwargs), None
-            return None, None  # cancelled because the lease was lost
-        except Suspended:
-            return None, None  # attempt.suspended says on what
+            return None, None  # the body was stopped: the attempt's ending says why
         except Exception as exc:
             return None, exc
+        except BaseException as exc:
+            if isinstance(exc, cancelled) and anyio.current_effective_deadline() == -math.inf:
+                raise  # the worker itself is being cancelled
+            return None, BodyRaisedError(
+                f"workflow {ctx.workflow_name} ({ctx.workflow_id}) raised "
+                f"{type(exc).__module__}.{type(exc).__qualname__}: {exc!r}"
+            )
         finally:
+            attempt.calls.closed = True
             keeper.release(attempt)
+            attempt.journal.leave(branch)
             ctx.deactivate(token)
+
+
+def _takes_scheduled_at(definition: Workflow[Any, Any]) -> bool:
+    """Whether the workflow declares a ``scheduled_at`` parameter (a schedule fills it)."""
+    return SCHEDULED_AT in inspect.signature(definition.fn).parameters

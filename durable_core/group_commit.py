@@ -168,6 +168,11 @@ class GroupCommit:
         )
         await self._pay(lease)
 
+    async def committed(self, lease: Lease) -> None:
+        """Return once every write of the workflow of ``lease`` has committed (before an
+        action that depends on them: a child start, a send)."""
+        await self._pay(lease)
+
     async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
         """Leave the workflow waiting (see :meth:`Store.suspend`), its steps committed first."""
         await self._pay(lease)

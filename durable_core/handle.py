@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 import anyio
 
 from . import durations
+from .context import body_context, body_effect
 from .errors import (
     InvalidStateError,
     WaitTimeoutError,
@@ -17,15 +18,7 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .failures import load_error, recorded_exception
-from .journal import body_context, wait
-from .records import (
-    AttemptRecord,
-    StepRecord,
-    StepTryRecord,
-    WaitKind,
-    WorkflowRecord,
-    WorkflowStatus,
-)
+from .records import AttemptRecord, StepRecord, StepTryRecord, WorkflowRecord, WorkflowStatus
 from .serialization import convert, decode
 from .store import Store
 
@@ -149,13 +142,12 @@ class WorkflowHandle(Generic[R]):
         return ctx is not None and ctx.store is self.store
 
     async def _settled(self, timeout: float | None) -> _Outcome | None:
-        """From a workflow body: suspend until this workflow settles, once per call site;
-        ``None`` after ``timeout`` seconds."""
+        """From a workflow body: wait durably until this workflow settles, once per call
+        site; ``None`` after ``timeout`` seconds."""
         ctx = body_context()
         assert ctx is not None
-        name, input_json = "durable.wait", json.dumps([self.id])
 
-        async def over(index: int) -> str | None:
+        async def look() -> str | None:
             record = await self.info()
             if not record.status.is_terminal:
                 if record.parent_id != ctx.workflow_id:
@@ -165,21 +157,10 @@ class WorkflowHandle(Generic[R]):
                         "parent): start it from the body, or poll it from a step"
                     )
                 return None
-            output = json.dumps([record.status.value, record.output, record.error])
-            await ctx.run.record(index, name, input_json, output)
-            return output
+            return json.dumps([record.status.value, record.output, record.error])
 
-        text = await wait(
-            ctx,
-            name,
-            input_json,
-            kind=WaitKind.CHILD,
-            key=self.id,
-            until=None if timeout is None else timedelta(seconds=timeout),
-            over=over,
-            timed_out=lambda deadline: "null",
-        )
-        found = json.loads(text)
+        until = None if timeout is None else timedelta(seconds=timeout)
+        found = json.loads(await ctx.run.join(self.id, until, look))
         return None if found is None else _Outcome(WorkflowStatus(found[0]), found[1], found[2])
 
     async def output_raw(self) -> str:
@@ -226,7 +207,12 @@ class WorkflowHandle(Generic[R]):
         """Cancel the workflow and its unfinished children. A running body stops at once
         (on PostgreSQL; elsewhere at its next write), its interrupted step ends
         ``cancelled``; a waiting or pending one simply never runs again."""
-        await self.store.cancel_workflow(self.id)
+
+        async def cancel() -> str:
+            await self.store.cancel_workflow(self.id)
+            return "null"
+
+        await body_effect("durable.cancel", [self.id], cancel)
 
     async def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The value the workflow published under ``key`` with ``set_event``, waiting up to

@@ -1,134 +1,174 @@
-"""Durable primitives in a workflow body: journaled at step indexes, replayed from the cache.
+"""The journal of an attempt: what a workflow body recorded, and where each new call stands.
 
-A primitive (a send, a child start, a sleep, a receive, a wait on a child)
-takes the next step index like a step does. Its result is recorded as that
-step's output, so a replay returns it without acting again. A wait that is not
-over suspends the workflow: :class:`Suspended` unwinds the body, the executor
-leaves the row ``waiting``, and the claim that wakes it replays the body to
-the same index.
+Every durable call of a body (a step, a primitive, a wait) stands at a **path**: its
+place in the body's call order. A body that runs sequentially makes its calls at
+``"0"``, ``"1"``, ``"2"``... A body that runs branches concurrently (``asyncio.gather``,
+an anyio task group) gives each branch the next place of the task that started it,
+in the order the branches first call: the calls of the branch at ``"4"`` stand at
+``"4.0"``, ``"4.1"``... So a path does not depend on when other branches' calls end,
+and a replay finds each branch's own results whatever order they come back in.
+
+A recorded call is a row of ``workflow_steps`` keyed by a step **index**, given in the
+order calls are first made (the history reads in the order things happened). A row
+whose path is its index's (every row of a sequential body) stores no path.
+
+:meth:`Journal.check` is the one replay rule: the call at a path must be the one
+recorded there (same name; a step's same input), or the body broke the determinism
+contract.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
 
-from .context import WorkflowContext, inside_step
-from .errors import FrameworkError, StepNameMismatchError
-from .records import StepStatus, Wait, WaitKind
+import anyio
+
+from .errors import StepInputMismatchError, StepNameMismatchError
+from .records import StepRecord, StepStatus
 
 ID_NAMESPACE = uuid.UUID("6c1d4b8e-5f0a-4f43-9d57-2b9c61a1e7d3")
-"""Ids derived from a workflow id and a step index (children, messages) live here."""
+"""Ids derived from a workflow id and a call's path (children, messages) live here."""
 
 
-class Suspended(BaseException):
-    """Unwinds a workflow body that waits. A ``BaseException``, so that the body's own
-    ``except Exception`` does not swallow it; a body must not catch it."""
+def derived_id(workflow_id: str, path: str, item: int = 0) -> str:
+    """The id of the ``item``-th thing made by the call at ``path`` of ``workflow_id``."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"{workflow_id}/{path}/{item}"))
 
 
-def body_context(primitive: str | None = None) -> WorkflowContext | None:
-    """The running workflow when called from its body (not from a step), else ``None``.
+def _task() -> object:
+    """The running task, for telling a body's branches apart."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # not on asyncio
+        return anyio.get_current_task().id
 
-    With ``primitive``, a call from a step raises: that primitive works only in a body.
-    """
-    ctx = WorkflowContext.current()
-    if ctx is None:
+
+@dataclass(eq=False, slots=True)
+class _Branch:
+    """Where the next call of one task of a body stands."""
+
+    journal: Journal
+    task: object
+    prefix: str
+    next: int = 0
+
+
+_branch: ContextVar[_Branch | None] = ContextVar("durable_branch", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One durable call of a body: where it stands and what the journal holds there."""
+
+    index: int
+    path: str
+    name: str
+    recorded: StepRecord | None
+
+    @property
+    def stored_path(self) -> str | None:
+        """The path to store with its row: ``None`` when it is the index's own."""
+        return None if self.path == str(self.index) else self.path
+
+    @property
+    def output(self) -> str | None:
+        """The recorded output when the call ended before (a replay returns it)."""
+        recorded = self.recorded
+        if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
+            return recorded.output
         return None
-    if inside_step():
-        if primitive is not None:
-            raise FrameworkError(
-                f"{primitive} works in a workflow body, not inside a step "
-                f"(workflow {ctx.workflow_name} {ctx.workflow_id}): call it from the body"
+
+
+class Journal:
+    """The recorded calls of one workflow by path, and the paths and indexes new calls take."""
+
+    def __init__(self, workflow: str, steps: Iterable[StepRecord] = ()) -> None:
+        self.workflow = workflow
+        """``name (id)`` of the workflow, for errors."""
+        self._by_path: dict[str, StepRecord] = {}
+        self._next_index = 0
+        for step in steps:
+            self._by_path[step.path or str(step.step_index)] = step
+            self._next_index = max(self._next_index, step.step_index + 1)
+        self._root: _Branch | None = None
+
+    def enter(self) -> Token[_Branch | None]:
+        """Make the current task the body's root branch; pass the token to :meth:`leave`."""
+        self._root = _Branch(self, _task(), "")
+        return _branch.set(self._root)
+
+    @staticmethod
+    def leave(token: Token[_Branch | None]) -> None:
+        """Undo :meth:`enter`."""
+        _branch.reset(token)
+
+    def _here(self) -> _Branch:
+        """The current task's branch; a task met for the first time opens a branch of the
+        task that started it, at that task's next place."""
+        branch = _branch.get()
+        if branch is None or branch.journal is not self:
+            branch = self._root
+            assert branch is not None, "the body runs between enter() and leave()"
+        task = _task()
+        if branch.task is not task:
+            place = branch.next
+            branch.next += 1
+            branch = _Branch(self, task, f"{branch.prefix}{place}.")
+            _branch.set(branch)
+        return branch
+
+    def peek(self) -> StepRecord | None:
+        """What the journal holds at the current branch's next path."""
+        branch = self._here()
+        return self._by_path.get(f"{branch.prefix}{branch.next}")
+
+    def call(self, name: str) -> Call:
+        """Take the next path for a call of ``name``: its index, and what is recorded there."""
+        branch = self._here()
+        path = f"{branch.prefix}{branch.next}"
+        branch.next += 1
+        recorded = self._by_path.get(path)
+        if recorded is None:
+            index = self._next_index
+            self._next_index += 1
+            return Call(index, path, name, None)
+        return Call(recorded.step_index, path, name, recorded)
+
+    def check(self, call: Call, input_json: str | None = None, *, step: bool = False) -> None:
+        """The replay rule: raise :class:`StepNameMismatchError` when another call is
+        recorded at ``call``'s path, and :class:`StepInputMismatchError` when a step's
+        ``input_json`` differs from the input it ended with there."""
+        recorded = call.recorded
+        if recorded is None:
+            return
+        what = f"step {call.name!r}" if step else call.name
+        if recorded.step_name != call.name:
+            had = f"step {recorded.step_name!r}" if step else repr(recorded.step_name)
+            raise StepNameMismatchError(
+                f"workflow {self.workflow} called {what} at index {call.index}{_at(call)}, "
+                f"but its history has {had} there. The body must make the same calls in "
+                "the same order on every run: move branching into a step."
             )
-        return None
-    return ctx
+        if (
+            input_json is not None
+            and recorded.status is StepStatus.SUCCEEDED
+            and recorded.input != input_json
+        ):
+            raise StepInputMismatchError(
+                f"workflow {self.workflow} replayed {what} at index {call.index}{_at(call)} "
+                f"with input {input_json} but it first ran with {recorded.input}. Step "
+                "inputs must be deterministic: compute non-deterministic values inside a step."
+            )
+
+    def record(self, call: Call, record: StepRecord) -> None:
+        """``call`` ended with ``record``: a later call at its path (none in this attempt,
+        unless the body is replayed in it) finds it."""
+        self._by_path[call.path] = record
 
 
-def derived_id(workflow_id: str, index: int, item: int = 0) -> str:
-    """The id of the ``item``-th thing made at step ``index`` of ``workflow_id``."""
-    return str(uuid.uuid5(ID_NAMESPACE, f"{workflow_id}/{index}/{item}"))
-
-
-def _cached(ctx: WorkflowContext, index: int, name: str) -> tuple[StepStatus, str | None] | None:
-    step = ctx.run.steps.get(index)
-    if step is None:
-        return None
-    if step.step_name != name:
-        raise StepNameMismatchError(
-            f"workflow {ctx.workflow_name} ({ctx.workflow_id}) called {name} at index {index}, "
-            f"but its history has {step.step_name!r} there. The body must make the same "
-            "calls in the same order on every run."
-        )
-    return step.status, step.output
-
-
-async def once(
-    ctx: WorkflowContext, name: str, input_json: str, act: Callable[[int], Awaitable[str]]
-) -> str:
-    """Run ``act(index)`` once for this call site; a replay returns its recorded output."""
-    run = ctx.run
-    index = run.next_step_index()
-    cached = _cached(ctx, index, name)
-    if cached is not None and cached[0] is StepStatus.SUCCEEDED and cached[1] is not None:
-        run.step_replayed(index, name)
-        return cached[1]
-    output = await act(index)
-    await run.record(index, name, input_json, output)
-    return output
-
-
-def _instant(value: datetime | None) -> str:
-    return json.dumps(None if value is None else value.isoformat())
-
-
-def _parse_instant(text: str | None) -> datetime | None:
-    value = json.loads(text) if text else None
-    return None if value is None else datetime.fromisoformat(value)
-
-
-async def wait(
-    ctx: WorkflowContext,
-    name: str,
-    input_json: str,
-    *,
-    kind: WaitKind,
-    key: str,
-    until: timedelta | datetime | None,
-    over: Callable[[int], Awaitable[str | None]],
-    timed_out: Callable[[datetime], str],
-) -> str:
-    """Wait at this call site until ``over(index)`` returns the result (recording it) or
-    the deadline passes (recording ``timed_out(deadline)``), suspending in between.
-
-    The deadline (``until``, or ``until`` from the attempt's clock) is fixed the first
-    time the call runs and kept in the waiting step's output, so a replay waits for
-    the same moment.
-    """
-    run = ctx.run
-    index = run.next_step_index()
-    cached = _cached(ctx, index, name)
-    if cached is not None and cached[0] is StepStatus.SUCCEEDED and cached[1] is not None:
-        run.step_replayed(index, name)
-        return cached[1]
-    if cached is not None and cached[0] is StepStatus.WAITING:
-        deadline = _parse_instant(cached[1])
-    else:
-        deadline = run.clock() + until if isinstance(until, timedelta) else until
-    while True:
-        result = await over(index)
-        if result is not None:
-            return result
-        if deadline is not None and run.clock() >= deadline:
-            output = timed_out(deadline)
-            await run.record(index, name, input_json, output)
-            return output
-        suspension = Wait(kind, key, deadline, index, name, input_json)
-        if await run.suspend(suspension, _instant(deadline)):
-            raise Suspended(suspension.waiting_for)
-
-
-async def nothing(index: int) -> None:
-    """A wait that only its deadline ends (a sleep)."""
-    return None
+def _at(call: Call) -> str:
+    return "" if call.stored_path is None else f" (branch path {call.path})"

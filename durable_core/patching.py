@@ -16,12 +16,8 @@ remove the call.
 
 from __future__ import annotations
 
-import json
-
-from .context import WorkflowContext
+from .context import body_context
 from .errors import ConfigurationError
-from .journal import body_context
-from .records import StepStatus
 
 PATCH_PREFIX = "durable.patch:"
 MAX_PATCH_ID = 200
@@ -33,15 +29,6 @@ def _marker(patch_id: str) -> str:
             f"a patch id is 1 to {MAX_PATCH_ID} characters, got {len(patch_id)}"
         )
     return PATCH_PREFIX + patch_id
-
-
-def _marker_at_next_index(ctx: WorkflowContext, name: str) -> bool | None:
-    """``True`` if the next index holds this marker, ``False`` if it holds another step,
-    ``None`` if it holds nothing yet."""
-    step = ctx.run.steps.get(ctx.run.peek_step_index())
-    if step is None:
-        return None
-    return step.step_name == name and step.status is StepStatus.SUCCEEDED
 
 
 async def patched(patch_id: str) -> bool:
@@ -56,21 +43,7 @@ async def patched(patch_id: str) -> bool:
     ctx = body_context("patched()")
     if ctx is None:
         return True
-    run = ctx.run
-    decided = run.patches.get(patch_id)
-    if decided is not None:
-        return decided
-    found = _marker_at_next_index(ctx, name)
-    if found is False:
-        run.patches[patch_id] = False
-        return False
-    index = run.next_step_index()
-    if found:
-        run.step_replayed(index, name)
-    else:
-        await run.record(index, name, json.dumps([patch_id]), "true")
-    run.patches[patch_id] = True
-    return True
+    return await ctx.run.patched(patch_id, name)
 
 
 async def deprecate_patch(patch_id: str) -> None:
@@ -78,9 +51,5 @@ async def deprecate_patch(patch_id: str) -> None:
     with the marker replays past it; a run without one records nothing."""
     name = _marker(patch_id)
     ctx = body_context("deprecate_patch()")
-    if ctx is None or ctx.run.patches.get(patch_id) is not None:
-        return
-    run = ctx.run
-    if _marker_at_next_index(ctx, name):
-        run.step_replayed(run.next_step_index(), name)
-    run.patches[patch_id] = True
+    if ctx is not None:
+        ctx.run.deprecate_patch(patch_id, name)

@@ -7,11 +7,13 @@ schedule methods; :func:`save_declared` writes the schedules declared with
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .coltypes import utcnow
+from .context import body_effect
 from .errors import ScheduleConflictError, ScheduleNotFoundError
 from .registry import Registry, Workflow, as_workflow, check_arguments
 from .schedules import Cron, Schedule, ScheduleRecord, check_name
@@ -25,7 +27,7 @@ def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule)
     """The row of a new schedule ``name`` starting ``workflow`` on ``schedule``, its first
     tick the next one from now. Raises unless the arguments fit the workflow."""
     check_name(name)
-    check_arguments(workflow, schedule.args, schedule.kwargs)
+    check_arguments(workflow, schedule.args, schedule.kwargs, scheduled=True)
     payload = encode_arguments(
         tuple(schedule.args),
         dict(schedule.kwargs),
@@ -90,7 +92,11 @@ class ScheduleMethods:
         one under ``name`` raises :class:`~durable_core.errors.ScheduleConflictError`."""
         spec = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
         row = schedule_record(name, as_workflow(fn), spec)
-        if await self.store.add_schedule(row):
+
+        async def add() -> str:
+            return json.dumps(await self.store.add_schedule(row))
+
+        if json.loads(await body_effect("durable.schedule.add", [name], add)):
             return row
         found = await self.store.get_schedule(name)
         if found is None:  # deleted in between: add it again
@@ -115,20 +121,34 @@ class ScheduleMethods:
 
     async def pause_schedule(self, name: str) -> None:
         """Stop starting workflows on ``name``'s ticks until it is resumed."""
-        if not await self.store.set_schedule_paused(name, True):
+
+        async def pause() -> str:
+            return json.dumps(await self.store.set_schedule_paused(name, True))
+
+        if not json.loads(await body_effect("durable.schedule.pause", [name], pause)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
 
     async def resume_schedule(self, name: str) -> None:
         """Start workflows on ``name``'s ticks again, from its next tick after now (the
         ticks it had while paused start nothing)."""
-        found = await self.get_schedule(name)
-        if not found.paused:
-            return
-        next_tick = found.timing.next_after(utcnow())
-        if not await self.store.set_schedule_paused(name, False, next_tick=next_tick):
+
+        async def resume() -> str:
+            found = await self.store.get_schedule(name)
+            if found is None or not found.paused:
+                return json.dumps(found is not None)
+            next_tick = found.timing.next_after(utcnow())
+            return json.dumps(
+                await self.store.set_schedule_paused(name, False, next_tick=next_tick)
+            )
+
+        if not json.loads(await body_effect("durable.schedule.resume", [name], resume)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
 
     async def delete_schedule(self, name: str) -> None:
         """Delete the schedule ``name``; the workflows it started are left as they are."""
-        if not await self.store.delete_schedule(name):
+
+        async def delete() -> str:
+            return json.dumps(await self.store.delete_schedule(name))
+
+        if not json.loads(await body_effect("durable.schedule.delete", [name], delete)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")

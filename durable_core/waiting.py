@@ -9,6 +9,7 @@ to the point where it waited. None of this counts an attempt.
 from __future__ import annotations
 
 import json
+import random as _random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,10 +17,9 @@ import anyio
 
 from . import durations
 from .client import DurableClient, current_store
-from .context import WorkflowContext
+from .context import body_context
 from .errors import ConfigurationError, FrameworkError
-from .journal import body_context, derived_id, nothing, once, wait
-from .records import MAX_TOPIC, WaitKind
+from .records import MAX_TOPIC
 from .serialization import decode, encode
 
 
@@ -32,7 +32,7 @@ async def sleep(duration: float | timedelta) -> None:
     if ctx is None:
         await anyio.sleep(delta.total_seconds())
         return
-    await _sleep(ctx, json.dumps(delta.total_seconds()), delta)
+    await ctx.run.sleep(json.dumps(delta.total_seconds()), delta)
 
 
 async def sleep_until(moment: datetime) -> None:
@@ -43,20 +43,7 @@ async def sleep_until(moment: datetime) -> None:
     if ctx is None:
         await anyio.sleep(max(0.0, (moment - datetime.now(UTC)).total_seconds()))
         return
-    await _sleep(ctx, json.dumps(moment.isoformat()), moment)
-
-
-async def _sleep(ctx: WorkflowContext, input_json: str, until: timedelta | datetime) -> None:
-    await wait(
-        ctx,
-        "durable.sleep",
-        input_json,
-        kind=WaitKind.SLEEP,
-        key="",
-        until=until,
-        over=nothing,
-        timed_out=lambda deadline: json.dumps(deadline.isoformat()),
-    )
+    await ctx.run.sleep(json.dumps(moment.isoformat()), moment)
 
 
 async def recv(topic: str = "", timeout: float | timedelta | None = None) -> Any:
@@ -69,21 +56,7 @@ async def recv(topic: str = "", timeout: float | timedelta | None = None) -> Any
     if len(topic) > MAX_TOPIC:
         raise ConfigurationError(f"a topic is at most {MAX_TOPIC} characters, got {len(topic)}")
     until = None if timeout is None else durations.delta(timeout, "recv timeout")
-    name, input_json = "durable.recv", json.dumps([topic])
-
-    async def over(index: int) -> str | None:
-        return await ctx.run.receive(topic, index, name, input_json)
-
-    output = await wait(
-        ctx,
-        name,
-        input_json,
-        kind=WaitKind.MESSAGE,
-        key=topic,
-        until=until,
-        over=over,
-        timed_out=lambda deadline: "null",
-    )
+    output = await ctx.run.recv(topic, until)
     return decode(output, what=f"message on topic {topic!r} of workflow {ctx.workflow_id}")
 
 
@@ -100,13 +73,7 @@ async def send(
         )
         return
     payload = encode(message, what=f"message to workflow {workflow_id}")
-
-    async def deliver(index: int) -> str:
-        key = idempotency_key or derived_id(ctx.workflow_id, index)
-        await ctx.store.send(workflow_id, topic, payload, key)
-        return "null"
-
-    await once(ctx, "durable.send", json.dumps([workflow_id, topic]), deliver)
+    await ctx.run.send(workflow_id, topic, payload, idempotency_key)
 
 
 async def set_event(key: str, value: Any) -> None:
@@ -116,10 +83,23 @@ async def set_event(key: str, value: Any) -> None:
     if ctx is None:
         raise FrameworkError("set_event() works only in a workflow body")
     text = encode(value, what=f"event {key!r} of workflow {ctx.workflow_id}")
-    run = ctx.run
+    await ctx.run.set_event(key, text)
 
-    async def publish(index: int) -> str:
-        await run.set_event(key, text)
-        return "null"
 
-    await once(ctx, "durable.set_event", json.dumps([key]), publish)
+async def now() -> datetime:
+    """The current time (UTC). In a workflow body it is recorded the first time the call
+    runs, so a replay gets the same moment (and a test runner's clock is obeyed); it
+    then costs one write. Elsewhere, the wall clock."""
+    ctx = body_context()
+    if ctx is None:
+        return datetime.now(UTC)
+    return await ctx.run.now()
+
+
+async def random() -> float:
+    """A random float in [0, 1). In a workflow body it is recorded the first time the
+    call runs, so a replay gets the same number; elsewhere, :func:`random.random`."""
+    ctx = body_context()
+    if ctx is None:
+        return _random.random()
+    return await ctx.run.random()
