@@ -10,17 +10,23 @@ import asyncio
 import json
 import os
 import time
+import uuid
 
 import anyio
 import asyncpg
 
 from durable_core import (
+    DurableClient,
     NonRetryableError,
     RetryPolicy,
+    Schedule,
     WorkflowContext,
+    current_store,
     hookimpl,
     recv,
     register_observer,
+    send,
+    set_event,
     sleep,
     start_workflow,
     start_workflows,
@@ -45,6 +51,7 @@ async def bootstrap() -> None:
     """Open the side-table pool (the worker calls this before claiming)."""
     global _pool
     url = os.environ["DURABLE_DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://")
+    url = url.split("?", 1)[0]  # the store's own options (durable_listen) are not asyncpg's
     _pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
 
 
@@ -455,3 +462,162 @@ class HookRecorder:
 
 if os.environ.get("TEST_RECORD_HOOKS"):
     register_observer(HookRecorder(), name="test-hook-recorder")
+
+
+# -- one door: effects ordered after the steps they depend on ---------------------------------
+# (tests/worker/test_one_door_processes.py)
+
+
+@workflow_step
+async def pick() -> str:
+    """A value that differs on every run; on attempt 1 it returns only after a pause (the
+    test locks the workflow's row meanwhile, so the flush carrying its end waits)."""
+    await record("pick")
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    if ctx.attempt == 1:
+        await anyio.sleep(float(os.environ.get("TEST_PICK_PAUSE", "1.0")))
+    return f"{ctx.attempt}-{uuid.uuid4().hex[:8]}"
+
+
+@workflow
+async def picked_child(value: str) -> str:
+    return value
+
+
+@workflow
+async def pick_then_start() -> str:
+    value = await pick()
+    child = await start_workflow(picked_child, value)
+    return str(await child.output())
+
+
+@workflow
+async def pick_then_send(target: str) -> str:
+    value = await pick()
+    await send(target, value, topic="picked")
+    return value
+
+
+@workflow
+async def pick_then_event() -> str:
+    value = await pick()
+    await set_event("picked", value)
+    return value
+
+
+@workflow
+async def pick_then_schedule() -> str:
+    value = await pick()
+    await DurableClient(current_store()).add_schedule(
+        f"picked-{value}", picked_child, Schedule("0 0 1 1 *", args=(value,))
+    )
+    return value
+
+
+ONE_DOOR = {
+    "child": pick_then_start,
+    "send": pick_then_send,
+    "event": pick_then_event,
+    "schedule": pick_then_schedule,
+}
+
+
+# -- concurrency inside a body (tests/worker/test_concurrent_processes.py) ---------------------
+
+
+@workflow
+async def gathered_steps(branches: int, steps: int, pause: float) -> list[int]:
+    """``branches`` branches side by side, each ``steps`` paced steps."""
+
+    async def branch(b: int) -> int:
+        total = 0
+        for s in range(steps):
+            total += await paced_step(b * 100 + s, pause)
+        return total
+
+    return list(await asyncio.gather(*(branch(b) for b in range(branches))))
+
+
+@workflow_step
+async def napped(i: int) -> str:
+    await record(f"nap{i}")
+    return f"nap{i}"
+
+
+@workflow
+async def gathered_sleeps(seconds: list[float]) -> list[str]:
+    """Sleeps side by side, each followed by a step."""
+
+    async def nap(i: int, length: float) -> str:
+        await sleep(length)
+        return await napped(i)
+
+    return list(await asyncio.gather(*(nap(i, s) for i, s in enumerate(seconds))))
+
+
+@workflow
+async def gathered_children(n: int, hang_child: int = -1) -> int:
+    """Start ``n`` children, then join them all at once."""
+    children = await start_workflows(child_double, [(i, i == hang_child) for i in range(n)])
+    return sum(await asyncio.gather(*(child.output() for child in children)))
+
+
+# -- nothing a body does ends the worker (tests/worker/test_body_isolation_processes.py) -------
+
+
+@workflow
+async def waits_in_a_task_group(seconds: float) -> str:
+    """A sleep and a receive side by side in an anyio task group."""
+    got: list[object] = []
+
+    async def nap() -> None:
+        await sleep(seconds)
+
+    async def listen() -> None:
+        got.append(await recv("go"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(nap)
+        tg.start_soon(listen)
+    return f"rested, got {got[0]}"
+
+
+class BodyBug(Exception):
+    pass
+
+
+def _base_exception(kind: str) -> BaseException:
+    if kind == "system_exit":
+        return SystemExit(3)
+    if kind == "keyboard_interrupt":
+        return KeyboardInterrupt()
+    if kind == "group":
+        return BaseExceptionGroup("branches", [KeyboardInterrupt(), BodyBug("in a branch")])
+    return asyncio.CancelledError()
+
+
+@workflow(max_attempts=1)
+async def raises_base_exception(kind: str) -> str:
+    await first(0)
+    raise _base_exception(kind)
+
+
+@workflow_step
+async def tick(i: int) -> int:
+    await record(f"tick{i}")
+    await anyio.sleep(0.1)
+    return i
+
+
+@workflow
+async def catches_everything(rounds: int) -> int:
+    """Keeps going whatever a step raises: only the body's cancellation stops it."""
+    done = 0
+    for i in range(rounds):
+        try:
+            await tick(i)
+            done += 1
+        except Exception:
+            await record("swallowed")
+    return done
