@@ -19,7 +19,7 @@ from .errors import (
 )
 from .queues import DEFAULT_QUEUE, Queue, queue_name
 from .retry import RetryPolicy
-from .schedules import Schedule
+from .schedules import SCHEDULED_AT, Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -239,7 +239,12 @@ def workflow(
         )
         if definition.schedule is not None:
             try:
-                check_arguments(definition, definition.schedule.args, definition.schedule.kwargs)
+                check_arguments(
+                    definition,
+                    definition.schedule.args,
+                    definition.schedule.kwargs,
+                    scheduled=True,
+                )
             except InvalidArgumentsError as exc:
                 raise RegistrationError(str(exc)) from None
         target.add(definition)
@@ -272,11 +277,19 @@ def declared_timeout(value: float | timedelta | None, what: str) -> float | None
 
 
 def check_arguments(
-    definition: Workflow[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    definition: Workflow[Any, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    scheduled: bool = False,
 ) -> None:
-    """Raise :class:`InvalidArgumentsError` unless ``args`` and ``kwargs`` fit the workflow."""
+    """Raise :class:`InvalidArgumentsError` unless ``args`` and ``kwargs`` fit the workflow
+    (with ``scheduled``, a ``scheduled_at`` parameter is the schedule's to fill)."""
+    signature = inspect.signature(definition.fn)
+    if scheduled and SCHEDULED_AT in signature.parameters and SCHEDULED_AT not in kwargs:
+        kwargs = {**kwargs, SCHEDULED_AT: None}
     try:
-        inspect.signature(definition.fn).bind(*args, **kwargs)
+        signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise InvalidArgumentsError(
             f"arguments do not fit workflow {definition.name}: {exc}"

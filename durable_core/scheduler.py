@@ -25,14 +25,10 @@ from .config import WorkflowConfig
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from .records import DEFAULT_QUEUE, NewWorkflow
 from .registry import Registry
-from .schedules import ScheduleRecord, plan, tick_workflow_id
+from .schedules import SCHEDULE_HEADER, TICK_HEADER, ScheduleRecord, plan, tick_workflow_id
 from .store import ScheduleFeed, Store
 
 logger = logging.getLogger("durable_core.scheduler")
-
-SCHEDULE_HEADER = "durable-schedule"
-TICK_HEADER = "durable-schedule-tick"
-"""The headers of a workflow a schedule started: the schedule's name, the tick (ISO 8601)."""
 
 _MIN_WAIT = 0.01
 """Seconds between two looks at a tick that is due but was not fired (lost to a pause)."""

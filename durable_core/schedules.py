@@ -32,6 +32,20 @@ MISSED_AFTER = timedelta(seconds=10)
 
 MAX_SCHEDULE_NAME = 255
 
+SCHEDULE_HEADER = "durable-schedule"
+TICK_HEADER = "durable-schedule-tick"
+"""The headers of a workflow a schedule started: the schedule's name, the tick (ISO 8601)."""
+
+SCHEDULED_AT = "scheduled_at"
+"""A scheduled workflow declaring a parameter of this name receives its tick there."""
+
+
+def scheduled_at(headers: Mapping[str, str] | None) -> datetime | None:
+    """The tick a schedule started a workflow for, from its headers (``None``: not
+    started by a schedule)."""
+    tick = (headers or {}).get(TICK_HEADER)
+    return None if tick is None else datetime.fromisoformat(tick)
+
 
 @dataclass(frozen=True)
 class Cron:

@@ -19,6 +19,7 @@ from durable_core import (
     Schedule,
     ScheduleConflictError,
     ScheduleNotFoundError,
+    WorkflowContext,
     WorkflowStatus,
     workflow,
 )
@@ -227,3 +228,40 @@ async def test_a_store_that_announces_changes_wakes_the_scheduler_for_them_not_o
                 await anyio.sleep(0.05)
         group.cancel_scope.cancel()
     assert await ids(store) != set()
+
+
+@workflow(name="dated_report")
+async def dated_report(kind: str, scheduled_at: datetime) -> list[str]:
+    ctx = WorkflowContext.current()
+    assert ctx is not None and ctx.scheduled_at == scheduled_at
+    return [kind, scheduled_at.isoformat()]
+
+
+@workflow(name="undated_report")
+async def undated_report(kind: str) -> str | None:
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    return None if ctx.scheduled_at is None else ctx.scheduled_at.isoformat()
+
+
+async def test_a_scheduled_workflow_receives_its_tick_without_reading_headers(
+    store: Store,
+) -> None:
+    """A ``scheduled_at`` parameter is the schedule's to fill (adding the schedule does not
+    ask for it); any body reads the tick from its context; a start by hand has none."""
+    client = DurableClient(store)
+    await client.add_schedule("dated", dated_report, Schedule("0 * * * *", args=("sales",)))
+    await client.add_schedule("undated", undated_report, Schedule("0 * * * *", args=("ops",)))
+    await moved_to(store, "dated", T0)
+    await moved_to(store, "undated", T0)
+    assert await scheduler(store, T0 + timedelta(seconds=1)).fire_due() == 2
+    runner = WorkflowRunner(store)
+    dated = client.handle(tick_workflow_id("dated", T0))
+    undated = client.handle(tick_workflow_id("undated", T0))
+    for handle in (dated, undated):
+        assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await dated.output() == ["sales", T0.isoformat()]
+    assert await undated.output() == T0.isoformat()
+    by_hand = await client.start_workflow(undated_report, "ad hoc")
+    assert await runner.run_until_complete(by_hand) is WorkflowStatus.SUCCEEDED
+    assert await by_hand.output() is None
