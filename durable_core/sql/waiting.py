@@ -62,17 +62,29 @@ class WaitingOperations(SQLStoreBase):
                 # Our own row first (locked by these writes), then the conditions: a sender
                 # or a settling child locks this row before it writes, so it either
                 # committed before the check or finds the row waiting and wakes it.
-                for wait in waits:
-                    step = _step_params(
-                        wait.step_index,
-                        wait.step_name,
-                        wait.step_input,
-                        wait.step_output,
-                        wait.step_path,
+                steps = [
+                    bind(
+                        {
+                            **held,
+                            **_step_params(
+                                wait.step_index,
+                                wait.step_name,
+                                wait.step_input,
+                                wait.step_output,
+                                wait.step_path,
+                            ),
+                        }
                     )
-                    if not await session.execute(q.wait_step, bind({**held, **step})):
-                        raise errors.lease_lost(lease, f"suspending on {waiting_for}")
-                if not await session.execute(q.suspend, bind(suspended)):
+                    for wait in waits
+                ]
+                # Each step write is fenced (it writes nothing without the lease), and so is
+                # the row's: if that one is refused, the transaction rolls them all back.
+                if len(steps) == 1:
+                    held_steps = bool(await session.execute(q.wait_step, steps[0]))
+                else:
+                    await session.execute_many(q.wait_step, steps)
+                    held_steps = True
+                if not (held_steps and await session.execute(q.suspend, bind(suspended))):
                     raise errors.lease_lost(lease, f"suspending on {waiting_for}")
                 for wait in waits:
                     over = self._over(lease, wait)
