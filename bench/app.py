@@ -7,11 +7,12 @@ outputs of the same size and shape as these steps produce.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import anyio
 
-from durable_core import recv, sleep, workflow, workflow_step
+from durable_core import recv, sleep, start_workflows, workflow, workflow_step
 
 
 @workflow_step
@@ -104,3 +105,42 @@ async def many_steps(count: int) -> int:
         n = await add_one(n)
         step_times.append(clock() - started)
     return n
+
+
+@workflow
+async def child(n: int) -> int:
+    """A child of the fan-out workflows: one step."""
+    return await first(n)
+
+
+@workflow
+async def gather_children(n: int) -> int:
+    """Start ``n`` children, join them all at once (``asyncio.gather``)."""
+    children = await start_workflows(child, [(i,) for i in range(n)])
+    return sum(await asyncio.gather(*(c.output() for c in children)))
+
+
+@workflow
+async def join_children_in_turn(n: int) -> int:
+    """Start ``n`` children, join them one after another (the pattern before gather)."""
+    children = await start_workflows(child, [(i,) for i in range(n)])
+    return sum([await c.output() for c in children])
+
+
+@workflow_step
+async def io_call(i: int, seconds: float) -> int:
+    """A step waiting on I/O (a remote call) for ``seconds``."""
+    await anyio.sleep(seconds)
+    return i
+
+
+@workflow
+async def gather_io_steps(n: int, seconds: float) -> int:
+    """``n`` I/O steps side by side (``asyncio.gather``)."""
+    return sum(await asyncio.gather(*(io_call(i, seconds) for i in range(n))))
+
+
+@workflow
+async def io_steps_in_turn(n: int, seconds: float) -> int:
+    """``n`` I/O steps one after another."""
+    return sum([await io_call(i, seconds) for i in range(n)])
