@@ -52,6 +52,7 @@ async def run_steps(
                 index=index,
                 step_name=step_name(index),
                 input=STEP_INPUT,
+                path=None,
             ),
         )
         if status.endswith(" 0"):

@@ -168,6 +168,7 @@ async def _floor_steps(pool: asyncpg.Pool, count: int) -> list[float]:
             index=index,
             step_name="bench.app.add_one",
             input=STEP_INPUT,
+            path=None,
         )
         assert not (await pool.execute(sql.START_STEP.sql, *start)).endswith(" 0")
         done = sql.positional(sql.COMPLETE_STEP, **lease, index=index, output_json=STEP_OUTPUT)
