@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import random
@@ -34,7 +35,7 @@ from .failures import dump_error, error_record
 from .group_commit import GroupCommit
 from .hooks import observers
 from .journal import Call, Journal, derived_id
-from .records import ClaimedWorkflow, NewWorkflow, StepRecord, StepStatus, Wait, WaitKind
+from .records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
 from .retry import RetryPolicy
 from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
@@ -113,7 +114,7 @@ class Attempt:
             "max_attempts": claimed.max_attempts,
         }
         """What every log record and observer event of this attempt carries."""
-        self.journal = Journal(f"{claimed.name} ({claimed.id})")
+        self.journal = Journal(claimed.name)
         self.failed_step: tuple[int, str] | None = None
         """The step the attempt failed in, recorded with its error."""
         self.lease_deadline = time.monotonic() + config.lock_timeout_secs
@@ -140,7 +141,7 @@ class Attempt:
         if steps is None:
             workflow_id = self.claimed.id
             steps = tuple(await self.persist(lambda: self.store.load_steps(workflow_id)))
-        self.journal = Journal(self.journal.workflow, steps)
+        self.journal = Journal(f"{self.claimed.name} ({self.claimed.id})", steps)
 
     def _call(self, name: str, input_json: str | None = None, *, step: bool = False) -> Call:
         """The next call of the running branch, checked against the journal."""
@@ -161,11 +162,12 @@ class Attempt:
         what = f"input of step {step.name!r} (index {call.index})"
         try:
             input_json = encode_arguments(args, kwargs, what=what)
-            self.journal.check(call, input_json, step=True)
-            if call.output is not None:
-                value = decode(call.output, what=f"cached output of step {step.name!r}")
-                self._replayed(call)
-                return value
+            if call.recorded is not None:
+                self.journal.check(call, input_json, step=True)
+                if call.output is not None:
+                    value = decode(call.output, what=f"cached output of step {step.name!r}")
+                    self._replayed(call)
+                    return value
         except FrameworkError:
             self.failed_step = (call.index, step.name)
             raise
@@ -180,7 +182,7 @@ class Attempt:
                 await self._retry_wait(call, input_json, tries, deadline)
                 tries += 1
             while True:
-                await self._write(
+                await self.persist(
                     lambda: self.writes.start_step(
                         self.lease, call.index, call.name, input_json, path=call.stored_path
                     )
@@ -211,7 +213,10 @@ class Attempt:
                 finally:
                     leave_step(token)
                 self.failed_step = None  # a step retried to success is not the one that failed
-                await self._step_succeeded(call, input_json, output)
+                await self.persist(
+                    functools.partial(self.writes.complete_step, self.lease, call.index, output)
+                )
+                self._recorded(call)
                 return result
         finally:
             self._leave()
@@ -230,7 +235,7 @@ class Attempt:
         await self._enter()
         try:
             await self._committed()
-            output = await self._write(lambda: act(call))
+            output = await self.persist(lambda: act(call))
             await self._record(call, input_json, output)
             return output
         finally:
@@ -305,13 +310,13 @@ class Attempt:
         name, input_json = "durable.recv", json.dumps([topic])
 
         async def over(call: Call) -> str | None:
-            payload = await self._write(
+            payload = await self.persist(
                 lambda: self.writes.receive(
                     self.lease, topic, call.index, name, input_json, path=call.stored_path
                 )
             )
             if payload is not None:
-                self._recorded(call, input_json, payload)
+                self._recorded(call)
             return payload
 
         return await self.wait(
@@ -459,37 +464,22 @@ class Attempt:
     def _replayed(self, call: Call) -> None:
         observers().durable_step_succeeded(cached=True, **self._step_fields(call))
 
-    def _recorded(self, call: Call, input_json: str, output: str) -> None:
-        self.journal.record(
-            call,
-            StepRecord(
-                call.index,
-                call.name,
-                StepStatus.SUCCEEDED,
-                input_json,
-                output,
-                path=call.stored_path,
-            ),
-        )
+    def _recorded(self, call: Call) -> None:
         observers().durable_step_succeeded(cached=False, **self._step_fields(call))
 
     async def _record(self, call: Call, input_json: str, output: str) -> None:
         """Record a durable primitive's output as its call's (in one write)."""
-        await self._write(
+        await self.persist(
             lambda: self.writes.record_step(
                 self.lease, call.index, call.name, input_json, output, path=call.stored_path
             )
         )
-        self._recorded(call, input_json, output)
-
-    async def _step_succeeded(self, call: Call, input_json: str, output: str) -> None:
-        await self._write(lambda: self.writes.complete_step(self.lease, call.index, output))
-        self._recorded(call, input_json, output)
+        self._recorded(call)
 
     async def _step_failed(self, call: Call, exc: Exception) -> None:
         self.failed_step = (call.index, call.name)
         error = dump_error(error_record(exc, step_index=call.index, step_name=call.name))
-        await self._write(lambda: self.writes.fail_step(self.lease, call.index, error))
+        await self.persist(lambda: self.writes.fail_step(self.lease, call.index, error))
         observers().durable_step_failed(error=exc, **self._step_fields(call))
 
     async def _retry_wait(
@@ -516,27 +506,25 @@ class Attempt:
         task the body left behind)."""
         if self.ending is not None or self.calls.closed:
             await stopped()
-        await self.calls.enter()
-        if self.ending is not None:
-            self.calls.leave()
-            await stopped()
+        calls = self.calls
+        if calls.deciding:
+            await calls.enter()
+            if self.ending is not None:
+                calls.leave()
+                await stopped()
+        else:
+            calls.busy += 1
 
     def _leave(self) -> None:
-        self.calls.leave()
+        calls = self.calls
+        calls.busy -= 1
+        if calls.blocked and not calls.busy:
+            calls.leave_idle()
 
     async def _committed(self) -> None:
         """Return once every write this attempt made has committed."""
         if self.group is not None:
-            await self._write(lambda: cast(GroupCommit, self.group).committed(self.lease))
-
-    async def _write(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """A write of the body: a lost lease ends the attempt and stops the body."""
-        try:
-            return await self.persist(operation)
-        except LeaseLostError:
-            self.end(Ending.LEASE_LOST)
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            raise
+            await self.persist(lambda: cast(GroupCommit, self.group).committed(self.lease))
 
     async def _suspend(self, waits: list[Wait]) -> bool:
         """Leave the workflow waiting on ``waits`` and stop the body; ``False`` when one
@@ -549,7 +537,7 @@ class Attempt:
                 else wait
                 for wait in waits
             ]
-        if not await self._write(lambda: self.writes.suspend(self.lease, waits)):
+        if not await self.persist(lambda: self.writes.suspend(self.lease, waits)):
             return False
         self.suspended = waits
         self.end(Ending.SUSPENDED)
@@ -568,7 +556,10 @@ class Attempt:
         self.end(Ending.CANCELLED)
 
     async def persist(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run a store write, retrying while the database is unreachable and the lease lasts."""
+        """Run a store write, retrying while the database is unreachable and the lease lasts.
+
+        A refused write (the lease is gone) ends the attempt: in the body, the body is
+        stopped as anyio cancels it; elsewhere :class:`LeaseLostError` is raised."""
         delay = 0.05
         while True:
             if self.ending is Ending.LEASE_LOST:
@@ -585,6 +576,10 @@ class Attempt:
                 )
                 await anyio.sleep(delay)
                 delay = min(delay * 2, _MAX_STORE_BACKOFF)
+            except LeaseLostError:
+                self.end(Ending.LEASE_LOST)
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                raise
 
     async def renew(self, keeper: Keeper) -> None:
         """Renew the lease once; on its loss, end the attempt. Then schedule the next renewal."""

@@ -209,7 +209,6 @@ class Executor:
         token = ctx.activate()
         branch = attempt.journal.enter()
         keeper.keep(attempt)
-        cancelled = anyio.get_cancelled_exc_class()
         try:
             with attempt.body_scope:
                 return await fn(*args, **kwargs), None
@@ -217,7 +216,10 @@ class Executor:
         except Exception as exc:
             return None, exc
         except BaseException as exc:
-            if isinstance(exc, cancelled) and anyio.current_effective_deadline() == -math.inf:
+            if (
+                isinstance(exc, anyio.get_cancelled_exc_class())
+                and anyio.current_effective_deadline() == -math.inf
+            ):
                 raise  # the worker itself is being cancelled
             return None, BodyRaisedError(
                 f"workflow {ctx.workflow_name} ({ctx.workflow_id}) raised "

@@ -42,9 +42,12 @@ def derived_id(workflow_id: str, path: str, item: int = 0) -> str:
 def _task() -> object:
     """The running task, for telling a body's branches apart."""
     try:
-        return asyncio.current_task()
+        return current_task()
     except RuntimeError:  # not on asyncio
         return anyio.get_current_task().id
+
+
+current_task = asyncio.current_task
 
 
 @dataclass(eq=False, slots=True)
@@ -60,14 +63,16 @@ class _Branch:
 _branch: ContextVar[_Branch | None] = ContextVar("durable_branch", default=None)
 
 
-@dataclass(frozen=True, slots=True)
 class Call:
     """One durable call of a body: where it stands and what the journal holds there."""
 
-    index: int
-    path: str
-    name: str
-    recorded: StepRecord | None
+    __slots__ = ("index", "name", "path", "recorded")
+
+    def __init__(self, index: int, path: str, name: str, recorded: StepRecord | None) -> None:
+        self.index = index
+        self.path = path
+        self.name = name
+        self.recorded = recorded
 
     @property
     def stored_path(self) -> str | None:
@@ -113,7 +118,10 @@ class Journal:
         if branch is None or branch.journal is not self:
             branch = self._root
             assert branch is not None, "the body runs between enter() and leave()"
-        task = _task()
+        try:
+            task: object = current_task()
+        except RuntimeError:
+            task = _task()
         if branch.task is not task:
             place = branch.next
             branch.next += 1
@@ -129,8 +137,9 @@ class Journal:
     def call(self, name: str) -> Call:
         """Take the next path for a call of ``name``: its index, and what is recorded there."""
         branch = self._here()
-        path = f"{branch.prefix}{branch.next}"
-        branch.next += 1
+        place = branch.next
+        branch.next = place + 1
+        path = f"{branch.prefix}{place}" if branch.prefix else str(place)
         recorded = self._by_path.get(path)
         if recorded is None:
             index = self._next_index
@@ -163,11 +172,6 @@ class Journal:
                 f"with input {input_json} but it first ran with {recorded.input}. Step "
                 "inputs must be deterministic: compute non-deterministic values inside a step."
             )
-
-    def record(self, call: Call, record: StepRecord) -> None:
-        """``call`` ended with ``record``: a later call at its path (none in this attempt,
-        unless the body is replayed in it) finds it."""
-        self._by_path[call.path] = record
 
 
 def _at(call: Call) -> str:

@@ -14,7 +14,7 @@ from .attempt import Attempt
 from .errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
 from .failures import dump_error, error_record
 from .hooks import observers
-from .records import Settlement, WorkflowStatus
+from .records import WorkflowStatus
 
 logger = logging.getLogger("durable_core.worker")
 
@@ -53,8 +53,7 @@ async def record_crash(attempt: Attempt) -> None:
 async def succeed(attempt: Attempt, output: str) -> WorkflowStatus:
     """Settle as succeeded with this output JSON."""
     row = attempt.claimed
-    settlement = Settlement(attempt.lease, WorkflowStatus.SUCCEEDED, output=output)
-    await _settle(attempt, settlement)
+    await _settle(attempt, WorkflowStatus.SUCCEEDED, output=output)
     logger.info("workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"})
     observers().durable_workflow_succeeded(output=output, **attempt.fields)
     return WorkflowStatus.SUCCEEDED
@@ -85,12 +84,7 @@ async def fail(
         if row.deadline is not None:  # the retry is due by the deadline at the latest
             left = (row.deadline - attempt.clock()).total_seconds()
             delay = max(0.0, min(delay, left))
-        await _settle(
-            attempt,
-            Settlement(
-                attempt.lease, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay
-            ),
-        )
+        await _settle(attempt, WorkflowStatus.PENDING, error=error, retry_delay_seconds=delay)
         logger.warning(
             "workflow %s attempt %d/%d failed (%s: %s); retrying in %.1fs",
             row.name,
@@ -103,7 +97,7 @@ async def fail(
         )
         observers().durable_retry_scheduled(error=record, delay_seconds=delay, **attempt.fields)
         return WorkflowStatus.PENDING
-    await _settle(attempt, Settlement(attempt.lease, WorkflowStatus.FAILED, error=error))
+    await _settle(attempt, WorkflowStatus.FAILED, error=error)
     logger.error(
         "workflow %s failed on attempt %d/%d (%s: %s)",
         row.name,
@@ -117,15 +111,23 @@ async def fail(
     return WorkflowStatus.FAILED
 
 
-async def _settle(attempt: Attempt, settlement: Settlement) -> None:
-    parent = attempt.claimed.parent_id if settlement.status.is_terminal else None
+async def _settle(
+    attempt: Attempt,
+    status: WorkflowStatus,
+    *,
+    output: str | None = None,
+    error: str | None = None,
+    retry_delay_seconds: float = 0.0,
+) -> None:
+    """End the attempt as ``status``; a final status wakes the parent waiting on it."""
+    parent = attempt.claimed.parent_id if status.is_terminal else None
     await attempt.persist(
         lambda: attempt.writes.settle(
-            settlement.lease,
-            settlement.status,
-            output=settlement.output,
-            error=settlement.error,
-            retry_delay_seconds=settlement.retry_delay_seconds,
+            attempt.lease,
+            status,
+            output=output,
+            error=error,
+            retry_delay_seconds=retry_delay_seconds,
             parent_id=parent,
         )
     )

@@ -63,6 +63,11 @@ class Suspension:
         self.closed = False
         """The body ended: nothing suspends any more."""
 
+    @property
+    def deciding(self) -> bool:
+        """Whether a suspension is being written (a call beginning waits for it)."""
+        return self._deciding is not None
+
     async def enter(self) -> None:
         """A durable call begins (once any suspension being written is decided)."""
         while self._deciding is not None:
@@ -74,6 +79,10 @@ class Suspension:
         self.busy -= 1
         if self.busy == 0 and self.blocked:
             self._notify()
+
+    def leave_idle(self) -> None:
+        """The last durable call in flight ended while waits are blocked: one may decide."""
+        self._notify()
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, None
