@@ -20,6 +20,7 @@ from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import MAX_DURATION
 from .errors import (
+    BodyRaisedError,
     ClaimNotSupportedError,
     ConfigurationError,
     CorruptRecordError,
@@ -69,6 +70,7 @@ from .store import Claimer, Store
 from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
+    "BodyRaisedError",
     "MAX_DURATION",
     "Queue",
     "RateLimit",

@@ -112,6 +112,12 @@ class WorkflowNotFinishedError(FrameworkError):
     """The workflow has no output yet because it has not succeeded."""
 
 
+class BodyRaisedError(FrameworkError):
+    """A workflow body raised a ``BaseException`` that is not an ``Exception`` (a
+    ``SystemExit``, a ``KeyboardInterrupt``, a stray cancellation, an exception group
+    holding one): it fails that workflow like any error, never the worker."""
+
+
 class InvalidStateError(FrameworkError):
     """An operation does not apply to the workflow in its current status."""
 
@@ -212,6 +218,7 @@ class ValueTooLargeError(StoreError):
 
 
 __all__ = [
+    "BodyRaisedError",
     "ClaimNotSupportedError",
     "ConfigurationError",
     "CorruptRecordError",

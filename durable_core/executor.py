@@ -25,19 +25,13 @@ from .attempt import Attempt, Ending
 from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import WorkflowContext
-from .errors import FrameworkError, LeaseLostError
+from .errors import BodyRaisedError, FrameworkError, LeaseLostError
 from .group_commit import GroupCommit
 from .leases import LeaseKeeper
 from .records import ClaimedWorkflow, WorkflowStatus
 from .registry import Registry, Workflow, default_registry
 from .schedules import SCHEDULED_AT, scheduled_at
 from .serialization import decode_arguments, encode
-
-
-class BodyRaisedError(FrameworkError):
-    """A workflow body raised a ``BaseException`` that is not an ``Exception`` (a
-    ``SystemExit``, a ``KeyboardInterrupt``, a stray cancellation): it fails the attempt
-    like any error, and never the worker."""
 
 
 class Executor:

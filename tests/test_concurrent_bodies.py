@@ -55,8 +55,7 @@ def runner(store: Store) -> WorkflowRunner:
     return WorkflowRunner(store, WorkflowConfig(retry_backoff_secs=0, max_attempts=3))
 
 
-@workflow_step
-async def count(key: str) -> str:
+def _ran(key: str) -> str:
     RAN[key] += 1
     if key in ENDED:
         ENDED[key].set()
@@ -64,6 +63,11 @@ async def count(key: str) -> str:
         FAIL_ONCE.discard(key)
         raise RuntimeError(f"planned failure of {key}")
     return key
+
+
+@workflow_step
+async def count(key: str) -> str:
+    return _ran(key)
 
 
 @workflow_step
@@ -72,13 +76,7 @@ async def after(gate: str, key: str) -> str:
     different branches end in."""
     if gate in GATES:
         await GATES[gate].wait()
-    RAN[key] += 1
-    if key in ENDED:
-        ENDED[key].set()
-    if key in FAIL_ONCE:
-        FAIL_ONCE.discard(key)
-        raise RuntimeError(f"planned failure of {key}")
-    return key
+    return _ran(key)
 
 
 async def _branch(name: str, steps: int) -> list[str]:

@@ -51,7 +51,7 @@ async def test_a_body_raising_a_base_exception_fails_alone(
     others = await client.start_workflows(app.three_steps, [(n,) for n in range(10)])
     assert await bad.wait_with_timeout(30) is WorkflowStatus.FAILED
     error = await bad.error()
-    assert error is not None and error["type"] == "durable_core.executor.BodyRaisedError"
+    assert error is not None and error["type"] == "durable_core.errors.BodyRaisedError"
     assert "raises_base_exception" in error["message"]
     for handle in others:
         assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
