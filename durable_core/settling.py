@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from .attempt import Attempt
+from .attempt import Attempt, Ending
 from .errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
 from .failures import dump_error, error_record
 from .hooks import observers
@@ -154,7 +154,7 @@ def waiting(attempt: Attempt) -> WorkflowStatus:
 
 async def cancelled(attempt: Attempt) -> WorkflowStatus:
     """The attempt ended because the workflow was cancelled (by a user, not a crash)."""
-    await _record_end(attempt, "cancelled", None)
+    await _record_end(attempt, Ending.CANCELLED, None)
     logger.info(
         "workflow %s cancelled; its body was stopped",
         attempt.claimed.name,
@@ -173,7 +173,7 @@ async def timed_out(attempt: Attempt) -> WorkflowStatus:
     )
     error = dump_error(error_record(exc, step_index=None, step_name=None))
     # Recorded first: whoever sees the workflow cancelled sees why in its history.
-    await _record_end(attempt, "timed_out", error)
+    await _record_end(attempt, Ending.TIMED_OUT, error)
     with contextlib.suppress(InvalidStateError):  # it ended meanwhile
         await attempt.store.cancel_workflow(row.id, error)
     logger.warning(
@@ -185,10 +185,10 @@ async def timed_out(attempt: Attempt) -> WorkflowStatus:
     return WorkflowStatus.CANCELLED
 
 
-async def _record_end(attempt: Attempt, outcome: str, error: str | None) -> None:
+async def _record_end(attempt: Attempt, ending: Ending, error: str | None) -> None:
     """Record how the attempt ended when it could not settle (the lease is gone)."""
     try:
-        await attempt.store.record_attempt(attempt.lease, outcome, error)
+        await attempt.store.record_attempt(attempt.lease, ending.value, error)
     except FrameworkError as exc:
         logger.warning("could not record the attempt's end: %s", exc, extra=attempt.fields)
 
