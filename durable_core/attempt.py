@@ -132,6 +132,9 @@ class Attempt:
         """Each patch id's answer in this attempt (see :mod:`durable_core.patching`)."""
         self.calls = Suspension(self._suspend, clock, config.poll_interval)
         """The durable calls in flight, and when they suspend the workflow."""
+        self.replaying = False
+        """A replay check (:mod:`durable_core.replay`): nothing runs and nothing is written;
+        a branch stops at its first call the history does not end."""
 
     # -- the history ----------------------------------------------------------------------------
 
@@ -171,6 +174,8 @@ class Attempt:
         except FrameworkError:
             self.failed_step = (call.index, step.name)
             raise
+        if self.replaying:
+            await _past_history()
         await self._enter()
         try:
             tries = 1
@@ -232,6 +237,8 @@ class Attempt:
         if call.output is not None:
             self._replayed(call)
             return call.output
+        if self.replaying:
+            await _past_history()
         await self._enter()
         try:
             await self._committed()
@@ -264,6 +271,8 @@ class Attempt:
         if call.output is not None:
             self._replayed(call)
             return call.output
+        if self.replaying:
+            await _past_history()
         recorded = call.recorded
         if recorded is not None and recorded.status is StepStatus.WAITING:
             deadline = _parse_instant(recorded.output)
@@ -607,6 +616,11 @@ class Attempt:
         """Seconds until the workflow's timeout, if it has one."""
         deadline = self.claimed.deadline
         return None if deadline is None else (deadline - self.clock()).total_seconds()
+
+
+async def _past_history() -> None:
+    """A replay check reached a call its history has not ended: this branch stops here."""
+    await anyio.sleep_forever()
 
 
 async def _never(call: Call) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import FrameworkError
+from .schedules import scheduled_at
 from .store import Store
 
 if TYPE_CHECKING:
@@ -36,6 +37,20 @@ class WorkflowContext:
     """The attempt being run: every durable call of the body goes through it."""
     scheduled_at: datetime | None = None
     """The tick a schedule started this workflow for (``None``: not started by one)."""
+
+    @classmethod
+    def of(cls, run: Attempt) -> WorkflowContext:
+        """The context of the workflow ``run`` runs."""
+        claimed = run.claimed
+        return cls(
+            workflow_id=claimed.id,
+            workflow_name=claimed.name,
+            attempt=claimed.attempts,
+            max_attempts=claimed.max_attempts,
+            worker_id=claimed.lease.worker_id,
+            run=run,
+            scheduled_at=scheduled_at(claimed.headers),
+        )
 
     @property
     def store(self) -> Store:

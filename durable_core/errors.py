@@ -71,9 +71,25 @@ class SerializationError(FrameworkError):
 
 
 class DeterminismError(FrameworkError):
-    """A replay broke the determinism contract."""
+    """A replay broke the determinism contract: at step ``index`` (``path`` in a concurrent
+    body) the body called ``called`` where its history holds ``recorded``."""
 
     retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        path: str | None = None,
+        recorded: str | None = None,
+        called: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.path = path
+        self.recorded = recorded
+        self.called = called
 
 
 class StepInputMismatchError(DeterminismError):

@@ -12,7 +12,6 @@ worker or touches another workflow.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -29,8 +28,7 @@ from .errors import BodyRaisedError, FrameworkError, LeaseLostError
 from .group_commit import GroupCommit
 from .leases import LeaseKeeper
 from .records import ClaimedWorkflow, WorkflowStatus
-from .registry import Registry, Workflow, default_registry
-from .schedules import SCHEDULED_AT, scheduled_at
+from .registry import Registry, default_registry
 from .serialization import decode_arguments, encode
 
 
@@ -117,17 +115,8 @@ class Executor:
         if attempt.past_deadline():
             return await settling.timed_out(attempt)
         await attempt.load_history()
-        ctx = WorkflowContext(
-            workflow_id=claimed.id,
-            workflow_name=claimed.name,
-            attempt=claimed.attempts,
-            max_attempts=claimed.max_attempts,
-            worker_id=claimed.lease.worker_id,
-            run=attempt,
-            scheduled_at=scheduled_at(claimed.headers),
-        )
-        if ctx.scheduled_at is not None and _takes_scheduled_at(definition):
-            kwargs.setdefault(SCHEDULED_AT, ctx.scheduled_at)
+        ctx = WorkflowContext.of(attempt)
+        kwargs = definition.body_kwargs(kwargs, ctx.scheduled_at)
         left = attempt.seconds_left()
         if left is not None:  # the body stops when the workflow's timeout passes
             attempt.body_scope.deadline = anyio.current_time() + left
@@ -224,8 +213,3 @@ class Executor:
             keeper.release(attempt)
             attempt.journal.leave(branch)
             ctx.deactivate(token)
-
-
-def _takes_scheduled_at(definition: Workflow[Any, Any]) -> bool:
-    """Whether the workflow declares a ``scheduled_at`` parameter (a schedule fills it)."""
-    return SCHEDULED_AT in inspect.signature(definition.fn).parameters

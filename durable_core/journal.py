@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -100,6 +101,14 @@ class Journal:
             self._by_path[step.path or str(step.step_index)] = step
             self._next_index = max(self._next_index, step.step_index + 1)
         self._root: _Branch | None = None
+        self.found = 0
+        """How many calls found a record at their path (a replay check compares it with
+        :attr:`recorded`)."""
+
+    @property
+    def recorded(self) -> int:
+        """How many calls the history holds."""
+        return len(self._by_path)
 
     def enter(self) -> Token[_Branch | None]:
         """Make the current task the body's root branch; pass the token to :meth:`leave`."""
@@ -145,6 +154,7 @@ class Journal:
             index = self._next_index
             self._next_index += 1
             return Call(index, path, name, None)
+        self.found += 1
         return Call(recorded.step_index, path, name, recorded)
 
     def check(self, call: Call, input_json: str | None = None, *, step: bool = False) -> None:
@@ -160,7 +170,8 @@ class Journal:
             raise StepNameMismatchError(
                 f"workflow {self.workflow} called {what} at index {call.index}{_at(call)}, "
                 f"but its history has {had} there. The body must make the same calls in "
-                "the same order on every run: move branching into a step."
+                "the same order on every run: move branching into a step.",
+                **_where(call),
             )
         if (
             input_json is not None
@@ -170,8 +181,19 @@ class Journal:
             raise StepInputMismatchError(
                 f"workflow {self.workflow} replayed {what} at index {call.index}{_at(call)} "
                 f"with input {input_json} but it first ran with {recorded.input}. Step "
-                "inputs must be deterministic: compute non-deterministic values inside a step."
+                "inputs must be deterministic: compute non-deterministic values inside a step.",
+                **_where(call),
             )
+
+
+def _where(call: Call) -> dict[str, Any]:
+    recorded = call.recorded
+    return {
+        "index": call.index,
+        "path": call.path,
+        "recorded": None if recorded is None else recorded.step_name,
+        "called": call.name,
+    }
 
 
 def _at(call: Call) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from . import durations
@@ -56,6 +57,17 @@ class Workflow(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
         return self.fn(*args, **kwargs)
+
+    @functools.cached_property
+    def takes_scheduled_at(self) -> bool:
+        """Whether it declares a ``scheduled_at`` parameter, which a schedule fills."""
+        return SCHEDULED_AT in inspect.signature(self.fn).parameters
+
+    def body_kwargs(self, kwargs: dict[str, Any], scheduled: datetime | None) -> dict[str, Any]:
+        """``kwargs`` with the tick a schedule started this run for, where it is declared."""
+        if scheduled is not None and self.takes_scheduled_at:
+            kwargs.setdefault(SCHEDULED_AT, scheduled)
+        return kwargs
 
     def __repr__(self) -> str:
         return f"<workflow {self.name}>"

@@ -2,7 +2,8 @@
 
 Each module adds its commands: :mod:`.running` (worker, start, migrate, alembic,
 dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel) and
-:mod:`.schedules`; :mod:`.common` holds what they share.
+:mod:`.schedules` and :mod:`.replaying` (export, replay-check); :mod:`.common` holds
+what they share.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import anyio
 
 from ..errors import FrameworkError
 from ..worker import single_error
-from . import inspecting, running, schedules
+from . import inspecting, replaying, running, schedules
 from .common import configure_logging, import_app, opened_store
 
 
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=os.environ.get("DURABLE_LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (running, inspecting, schedules):
+    for module in (running, inspecting, schedules, replaying):
         module.add_commands(commands)
     return parser
 
