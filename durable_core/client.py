@@ -363,11 +363,13 @@ class DurableClient(ScheduleMethods):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
+        error_type: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally only those with ``status`` (a
         :class:`WorkflowStatus` or its value), the workflow name ``name``, in ``queue``,
         of the parent ``parent_id``, created at or after ``created_after`` and before
-        ``created_before`` (aware datetimes). Pages: pass the id of a page's last
+        ``created_before`` (aware datetimes), whose recorded error is of ``error_type``
+        (its dotted name, ``builtins.ValueError``). Pages: pass the id of a page's last
         workflow as ``before`` to get the next page."""
         if isinstance(status, str) and not isinstance(status, WorkflowStatus):
             try:
@@ -389,6 +391,7 @@ class DurableClient(ScheduleMethods):
             created_after=created_after,
             created_before=created_before,
             before=before,
+            error_type=error_type or None,
         )
 
     def _stats(self) -> WorkflowStats:
