@@ -19,7 +19,14 @@ import anyio
 from ..errors import FrameworkError
 from ..worker import single_error
 from . import inspecting, running, schedules
-from .common import configure_logging, import_app, opened_store
+from .common import (
+    LOG_FORMAT_ENV,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+    configure_logging,
+    import_app,
+    opened_store,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durable", description="Durable workflows: worker, schema and operations."
     )
-    parser.add_argument("--log-level", default=os.environ.get("DURABLE_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        help=f"{', '.join(LOG_LEVELS)} (default: ${LOG_LEVEL_ENV}, else INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        help=f"text or json, one object a line (default: ${LOG_FORMAT_ENV}, else text; "
+        "json needs the [logs] extra)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (running, inspecting, schedules):
@@ -56,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
     try:
+        configure_logging(args.log_level, args.log_format)
         if getattr(args, "sync", False):
             code: int = args.run(args)
         else:

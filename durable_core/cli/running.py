@@ -5,15 +5,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..backends import DATABASE_URL_ENV, database_url_from_env
 from ..client import DurableClient
 from ..config import WorkflowConfig
+from ..errors import ConfigurationError
 from ..registry import default_registry
 from ..schema import SCHEMA_VERSION
-from .common import APP_ENV, import_app, json_option, opened_store, with_app, with_database
+from .common import (
+    APP_ENV,
+    app_modules,
+    embedded_folder,
+    import_app,
+    json_option,
+    opened_store,
+    with_app,
+    with_database,
+)
+
+logger = logging.getLogger("durable_core.cli")
 
 
 def add_commands(commands: Any) -> None:
@@ -29,6 +43,11 @@ def add_commands(commands: Any) -> None:
         help="a queue to serve (repeatable); default: every queue the app declares",
     )
     worker.add_argument("--migrate", action="store_true", help="apply the schema first")
+    worker.add_argument(
+        "--embedded",
+        action="store_true",
+        help="run on the embedded PostgreSQL (local use; without it the worker needs a URL)",
+    )
     worker.set_defaults(run=_worker)
 
     start = with_app(with_database(commands.add_parser("start", help="start a workflow")))
@@ -70,19 +89,50 @@ def add_commands(commands: Any) -> None:
 async def _worker(args: argparse.Namespace) -> int:
     from ..worker import WorkflowWorker
 
-    bootstrap = import_app(args.app, args.bootstrap)
+    apps = app_modules(args)
+    if not apps:
+        raise ConfigurationError(
+            f"durable worker needs --app MODULE, the module defining your workflows "
+            f"(repeatable; or ${APP_ENV}=a,b)"
+        )
+    _check_database(args)
+    bootstrap = import_app(apps, args.bootstrap)
     if bootstrap is not None:
         result = bootstrap()
         if inspect.isawaitable(result):
             await result
     default_registry.assert_no_duplicates()
+    if not default_registry.names():
+        raise ConfigurationError(
+            f"{', '.join(apps)} registered no workflow: name the modules whose "
+            "@workflow functions the worker runs"
+        )
     config = worker_config(args.concurrency)
-    async with opened_store(args.database_url, args.embedded_dir) as store:
+    url = None if args.embedded else args.database_url
+    async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store:
         if args.migrate:
             await store.apply_schema()
         worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
         await worker.run(handle_signals=True)
     return 1 if worker.abandoned else 0
+
+
+def _check_database(args: argparse.Namespace) -> None:
+    """A worker runs on the database it is given, or on the embedded one only when asked
+    (``--embedded``, which it says first thing)."""
+    if args.embedded:
+        if args.database_url:
+            raise ConfigurationError("give --database-url or --embedded, not both")
+        logger.warning(
+            "durable worker --embedded: running on the embedded PostgreSQL in %s%s",
+            embedded_folder(args.embedded_dir),
+            f" (not ${DATABASE_URL_ENV})" if database_url_from_env() else "",
+        )
+    elif not (args.database_url or database_url_from_env()):
+        raise ConfigurationError(
+            f"durable worker needs a database: --database-url or ${DATABASE_URL_ENV} "
+            "(--embedded runs it on the embedded PostgreSQL, for local use)"
+        )
 
 
 def worker_config(
@@ -99,7 +149,7 @@ def worker_config(
 async def _start(args: argparse.Namespace) -> int:
     positional = json_option("--args", args.args, list)
     keywords = json_option("--kwargs", args.kwargs, dict)
-    import_app(args.app, None)
+    import_app(app_modules(args), None)
     definition = default_registry.get(args.name, importer=f"--app (or ${APP_ENV})")
     async with opened_store(args.database_url, args.embedded_dir) as store:
         client = DurableClient(store)
