@@ -6,6 +6,7 @@ import importlib.metadata
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -559,3 +560,14 @@ async def test_fork_and_list_by_queue_and_error_a_page_at_a_time(
     assert (cached.step_index, cached.output) == (0, '"hello ada"')
     one_line_error(durable("fork", doomed_id, "--from-step", "-1", *url), "from_step is a step")
     one_line_error(durable("fork", "no-such-id", "--from-step", "0", *url), "no-such-id")
+
+
+def test_a_taken_dashboard_port_is_one_line_before_any_url_is_logged(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        db = ["--database-url", f"sqlite:///{tmp_path / 'd.db'}"]
+        result = bare("--log-level", "INFO", "dashboard", "--port", port, *db)
+    one_line_error(result, f"cannot serve the dashboard on 127.0.0.1:{port}: the port is taken")
+    assert "http://" not in result.stdout + result.stderr

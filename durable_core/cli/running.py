@@ -185,9 +185,13 @@ def _alembic(args: argparse.Namespace) -> int:
 
 
 async def _dashboard(args: argparse.Namespace) -> int:
-    from ..dashboard.serve import check_serving, serve
+    from ..dashboard.serve import check_serving, listening_socket, serve
 
     check_serving(args.host, args.token)
-    async with opened_store(args.database_url, args.embedded_dir) as store:
-        await serve(store, host=args.host, port=args.port, token=args.token)
+    sock = listening_socket(args.host, args.port, "the dashboard")  # before the database
+    try:
+        async with opened_store(args.database_url, args.embedded_dir) as store:
+            await serve(store, host=args.host, port=args.port, token=args.token, sock=sock)
+    finally:
+        sock.close()
     return 0
