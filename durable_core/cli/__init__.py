@@ -8,6 +8,7 @@ dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel) and
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -60,17 +61,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         try:
-            return _main(argv)
+            args = build_parser().parse_args(argv)
+            code = _main(args)
         finally:
             sys.stdout.flush()  # here, not at exit: a reader gone shows up inside the try
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
         return 128 + signal.SIGPIPE
+    if getattr(args, "exit_now", False):
+        # A worker that abandoned its workflows exits now: the interpreter would otherwise
+        # wait at exit for the thread of a (plain def) step that never ends.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _main(args: argparse.Namespace) -> int:
     try:
         configure_logging(args.log_level, args.log_format)
         if getattr(args, "sync", False):

@@ -35,6 +35,13 @@ def add_commands(commands: Any) -> None:
     worker = with_app(with_database(commands.add_parser("worker", help="claim and run workflows")))
     worker.add_argument("--bootstrap", help="module:function to call once before claiming")
     worker.add_argument("--concurrency", type=int, help="overrides WORKFLOW_CONCURRENCY")
+    worker.add_argument(
+        "--drain-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="after SIGTERM, how long to wait for in-flight workflows before leaving them to "
+        "their lease expiry (overrides WORKFLOW_DRAIN_TIMEOUT_SECS, default 30)",
+    )
     worker.add_argument("--worker-id", help="default: host:pid:random")
     worker.add_argument(
         "--queue",
@@ -107,14 +114,17 @@ async def _worker(args: argparse.Namespace) -> int:
             f"{', '.join(apps)} registered no workflow: name the modules whose "
             "@workflow functions the worker runs"
         )
-    config = worker_config(args.concurrency)
+    config = worker_config(args.concurrency, drain_timeout=args.drain_timeout).validate()
     url = None if args.embedded else args.database_url
     async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store:
         if args.migrate:
             await store.apply_schema()
         worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
         await worker.run(handle_signals=True)
-    return 1 if worker.abandoned else 0
+    if worker.abandoned:
+        args.exit_now = True  # not after the threads of steps that never end: see main()
+        return 1
+    return 0
 
 
 def _check_database(args: argparse.Namespace) -> None:
@@ -136,13 +146,19 @@ def _check_database(args: argparse.Namespace) -> None:
 
 
 def worker_config(
-    concurrency: int | None, environ: Mapping[str, str] | None = None
+    concurrency: int | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    drain_timeout: float | None = None,
 ) -> WorkflowConfig:
     """The ``WORKFLOW_*`` settings of ``environ`` (default: the process's), with
-    ``--concurrency`` in place of ``WORKFLOW_CONCURRENCY`` when given."""
+    ``--concurrency`` and ``--drain-timeout`` in place of ``WORKFLOW_CONCURRENCY`` and
+    ``WORKFLOW_DRAIN_TIMEOUT_SECS`` when given."""
     config = WorkflowConfig.from_env(environ)
     if concurrency is not None:
         config = dataclasses.replace(config, concurrency=concurrency)
+    if drain_timeout is not None:
+        config = dataclasses.replace(config, drain_timeout_secs=drain_timeout)
     return config
 
 
