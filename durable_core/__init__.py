@@ -20,6 +20,7 @@ from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import MAX_DURATION
 from .errors import (
+    BlockingCallInEventLoopError,
     ClaimNotSupportedError,
     ConfigurationError,
     CorruptRecordError,
@@ -72,6 +73,7 @@ __all__ = [
     "MAX_DURATION",
     "Queue",
     "RateLimit",
+    "BlockingCallInEventLoopError",
     "ClaimNotSupportedError",
     "Claimer",
     "ConfigurationError",
