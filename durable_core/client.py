@@ -33,7 +33,7 @@ from .errors import (
     StatsNotSupportedError,
 )
 from .handle import WorkflowHandle
-from .hooks import observers, workflow_headers
+from .hooks import observed, observers, workflow_headers
 from .journal import body_context, derived_id, once
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
@@ -341,6 +341,10 @@ class DurableClient(ScheduleMethods):
         """
         payload = encode(message, what=f"message to workflow {workflow_id}")
         await self.store.send(workflow_id, topic, payload, idempotency_key or str(uuid.uuid4()))
+        if observed("durable_message_sent"):  # its headers are read for it alone
+            record = await self.store.get_workflow(workflow_id)
+            headers = (record.headers if record is not None else None) or {}
+            observers().durable_message_sent(workflow_id=workflow_id, topic=topic, headers=headers)
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow and its unfinished children (see :meth:`WorkflowHandle.cancel`)."""

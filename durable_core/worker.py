@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -247,6 +248,7 @@ class WorkflowWorker:
                 self._slot_free = anyio.Event()
                 await self._slot_free.wait()
                 continue
+            began = time.perf_counter()
             try:
                 claimed = await claimer.claim(
                     worker_id=self.worker_id,
@@ -272,6 +274,12 @@ class WorkflowWorker:
                 self._stop_asked.set()
                 return
             backoff = 0.1
+            observers().durable_claim_finished(
+                worker_id=self.worker_id,
+                claimed=len(claimed),
+                limit=free,
+                seconds=time.perf_counter() - began,
+            )
             for item in claimed:
                 self._in_flight += 1
                 self._running[item.queue] += 1
