@@ -571,3 +571,18 @@ def test_a_taken_dashboard_port_is_one_line_before_any_url_is_logged(tmp_path: P
         result = bare("--log-level", "INFO", "dashboard", "--port", port, *db)
     one_line_error(result, f"cannot serve the dashboard on 127.0.0.1:{port}: the port is taken")
     assert "http://" not in result.stdout + result.stderr
+
+
+def test_a_bad_or_taken_metrics_port_is_one_line(tmp_path: Path) -> None:
+    db = ["--database-url", f"sqlite:///{tmp_path / 'm.db'}"]
+    assert durable("migrate", *db).returncode == 0
+    worker = ["worker", "--app", "tests.test_cli", *db]
+    one_line_error(bare(*worker, "--metrics-port", "70000"), "--metrics-port '70000' is not a")
+    env = {"DURABLE_METRICS_PORT": "http"}
+    one_line_error(bare(*worker, env=env), "$DURABLE_METRICS_PORT 'http' is not a port number")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = bare(*worker, "--metrics-host", "127.0.0.1", "--metrics-port", port)
+    one_line_error(result, f"cannot serve metrics on 127.0.0.1:{port}: the port is taken")

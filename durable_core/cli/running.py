@@ -29,6 +29,9 @@ from .common import (
 
 logger = logging.getLogger("durable_core.cli")
 
+METRICS_PORT_ENV = "DURABLE_METRICS_PORT"
+METRICS_HOST_ENV = "DURABLE_METRICS_HOST"
+
 
 def add_commands(commands: Any) -> None:
     """Add the commands that run, start and serve to the ``commands`` subparsers."""
@@ -50,6 +53,17 @@ def add_commands(commands: Any) -> None:
         help="a queue to serve (repeatable); default: every queue the app declares",
     )
     worker.add_argument("--migrate", action="store_true", help="apply the schema first")
+    worker.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        help=f"serve Prometheus metrics on http://HOST:PORT/metrics (the [metrics] extra; "
+        f"default: ${METRICS_PORT_ENV}, else none)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help=f"the address metrics listen on (default: ${METRICS_HOST_ENV}, else 0.0.0.0)",
+    )
     worker.add_argument(
         "--embedded",
         action="store_true",
@@ -115,16 +129,44 @@ async def _worker(args: argparse.Namespace) -> int:
             "@workflow functions the worker runs"
         )
     config = worker_config(args.concurrency, drain_timeout=args.drain_timeout).validate()
+    metrics = _metrics_address(args)
     url = None if args.embedded else args.database_url
     async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store:
         if args.migrate:
             await store.apply_schema()
         worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
-        await worker.run(handle_signals=True)
+        if metrics is None:
+            await worker.run(handle_signals=True)
+        else:
+            from ..metrics import metrics_endpoint
+
+            async with metrics_endpoint(*metrics, store=store):
+                await worker.run(handle_signals=True)
     if worker.abandoned:
         args.exit_now = True  # not after the threads of steps that never end: see main()
         return 1
     return 0
+
+
+def _metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """Where ``--metrics-port`` (or ``$DURABLE_METRICS_PORT``) asks for metrics, if it does;
+    checked before the database is opened."""
+    port: str | None = args.metrics_port
+    source = "--metrics-port"
+    if port is None:
+        port, source = os.environ.get(METRICS_PORT_ENV, "").strip() or None, f"${METRICS_PORT_ENV}"
+    if port is None:
+        return None
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigurationError(f"{source} {port!r} is not a port number (0 to 65535)")
+    host = args.metrics_host or os.environ.get(METRICS_HOST_ENV, "").strip() or "0.0.0.0"
+    import durable_core.metrics  # noqa: F401 -- a missing [metrics] extra is named now
+
+    return host, number
 
 
 def _check_database(args: argparse.Namespace) -> None:
