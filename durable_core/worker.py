@@ -153,13 +153,14 @@ class WorkflowWorker:
     async def _run(self, claimer: Claimer, handle_signals: bool) -> None:
         logger.info(
             "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows, "
-            "queues %s",
+            "queues %s, on %s",
             self.worker_id,
             self.config.concurrency,
             self.config.lock_timeout_secs,
             self.config.poll_interval_ms,
             len(self.registry.names()),
             ", ".join(queue.name for queue in self.served()),
+            self.store.description,
             extra={"worker_id": self.worker_id},
         )
         observers().durable_worker_started(

@@ -586,3 +586,17 @@ def test_a_bad_or_taken_metrics_port_is_one_line(tmp_path: Path) -> None:
         port = str(taken.getsockname()[1])
         result = bare(*worker, "--metrics-host", "127.0.0.1", "--metrics-port", port)
     one_line_error(result, f"cannot serve metrics on 127.0.0.1:{port}: the port is taken")
+
+
+def test_an_embedded_worker_says_so_in_its_first_line(tmp_path: Path) -> None:
+    data = tmp_path / "pgdata"
+    result = bare(
+        "worker", "--embedded", "--embedded-dir", str(data), "--app", "tests.test_cli",
+        env={"DURABLE_DATABASE_URL": "postgresql://nobody@192.0.2.1/not-this-one"},
+    )  # fmt: skip
+    first = result.stderr.splitlines()[0]
+    assert "WARNING durable_core.cli: durable worker --embedded: running on the embedded " in first
+    assert f"PostgreSQL in {data} (not $DURABLE_DATABASE_URL)" in first
+    # It ran there: a fresh embedded database has no tables yet.
+    assert result.returncode == 2 and "durable migrate" in result.stderr.splitlines()[-1]
+    assert not (data / "postmaster.pid").exists(), "the server was stopped"

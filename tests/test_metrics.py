@@ -232,6 +232,7 @@ async def test_a_worker_serves_metrics_of_what_it_ran_and_of_the_backlog(
         "durable_core.worker",
         worker.worker_id,
     )
+    assert started["message"].endswith(f", on {database.store.description}"), "its database"
     assert {"time", "level", "logger", "message"} <= set(lines[0])
 
     # The starting process counts its own starts.
