@@ -1,7 +1,7 @@
 """The ``durable`` command: run a worker, apply the schema, inspect and steer workflows.
 
 Each module adds its commands: :mod:`.running` (worker, start, migrate, alembic,
-dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel) and
+dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel, send, fork) and
 :mod:`.schedules`; :mod:`.common` holds what they share.
 """
 
