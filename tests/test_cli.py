@@ -600,3 +600,12 @@ def test_an_embedded_worker_says_so_in_its_first_line(tmp_path: Path) -> None:
     # It ran there: a fresh embedded database has no tables yet.
     assert result.returncode == 2 and "durable migrate" in result.stderr.splitlines()[-1]
     assert not (data / "postmaster.pid").exists(), "the server was stopped"
+
+
+def test_a_bad_argument_is_one_line_too() -> None:
+    one_line_error(bare("worker", "--concurrency", "many"), "worker: argument --concurrency")
+    one_line_error(bare("fork", "some-id"), "fork: the following arguments are required")
+    one_line_error(bare("schedule", "add", "x"), "schedule add: the following arguments")
+    one_line_error(bare("nosuch"), "argument command: invalid choice: 'nosuch'")
+    shown = bare("list", "--help")
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: durable list")

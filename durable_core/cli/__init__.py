@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 import anyio
 
@@ -30,9 +31,18 @@ from .common import (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (a missing argument, a bad number) are one line and
+    exit 2 as every other error of the command is; ``--help`` still shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("durable").strip()
+        self.exit(2, f"durable: error: {f'{command}: ' if command else ''}{message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``durable`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="durable", description="Durable workflows: worker, schema and operations."
     )
     parser.add_argument(
