@@ -5,7 +5,9 @@
   attempt durations, queue wait, claim and group-commit flush figures).
 - :class:`StoreMetrics` reads the store when scraped: the backlog by queue, workflow
   and status, the age of the oldest pending workflow, and (optionally) the attempts
-  that ended, by queue and outcome. One query each, on indexes.
+  that ended, by queue and outcome: one query each, the backlog's over the unfinished
+  rows only (the status index, as ``durable stats``), the ended attempts' over those
+  after the last scrape's cursor.
 - :func:`metrics_endpoint` serves both on ``http://HOST:PORT/metrics`` beside a
   worker (``durable worker --metrics-port``); the dashboard serves the store's on its
   own ``/metrics`` route (:func:`store_exposition`).
