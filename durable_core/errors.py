@@ -217,6 +217,7 @@ class ValueTooLargeError(StoreError):
 
 
 __all__ = [
+    "BlockingCallInEventLoopError",
     "ClaimNotSupportedError",
     "ConfigurationError",
     "CorruptRecordError",

@@ -262,9 +262,13 @@ class SyncClient:
         timeout: float | timedelta | None = None,
     ) -> None:
         self._shared = _Shared(url)
-        self._template = DurableClient(
-            self._shared.current.store, max_attempts=max_attempts, timeout=timeout
-        )
+        try:
+            self._template = DurableClient(
+                self._shared.current.store, max_attempts=max_attempts, timeout=timeout
+            )
+        except BaseException:
+            self._shared.close()
+            raise
         self._bound = self._template
 
     @property

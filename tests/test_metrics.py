@@ -106,12 +106,12 @@ def dashboard(database: Database) -> Iterator[str]:
     )
     metrics = f"http://127.0.0.1:{port}/metrics"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 urllib.request.urlopen(metrics, timeout=2).close()
                 break
-            except (urllib.error.URLError, ConnectionError):
+            except (urllib.error.URLError, OSError):  # refused, reset or slow to answer
                 if process.poll() is not None or time.monotonic() > deadline:
                     process.kill()
                     pytest.fail(f"the dashboard did not start: {process.communicate()[0]!r}")

@@ -169,6 +169,8 @@ def test_closing_and_bad_urls(tmp_path: Path) -> None:
         client.start_workflow(greet, "y")
     with pytest.raises(InvalidDatabaseURLError):
         SyncClient("nosuch://host/db")
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        SyncClient(f"sqlite:///{tmp_path / 'c.db'}", max_attempts=0)
     assert threading.active_count() == before, "no loop thread is left behind"
 
 
@@ -232,24 +234,24 @@ def test_a_forked_child_opens_its_own_loop_and_leaves_the_parents_alone(url: str
         assert {r.id for r in client.list_workflows()} == {before.id, forked_id, mp_id}
 
 
-def test_it_refuses_to_block_a_running_event_loop(tmp_path: Path) -> None:
-    with SyncClient(f"sqlite:///{tmp_path / 'l.db'}") as client:
-        client.apply_schema()
-        handle = client.start_workflow(greet, "x")
-
-        async def from_async_code() -> None:
-            with pytest.raises(BlockingCallInEventLoopError, match=r"SyncClient\.status\(\)"):
-                handle.status()
-            with pytest.raises(BlockingCallInEventLoopError, match="await open_store"):
-                client.start_workflow(greet, "y")
-            with pytest.raises(BlockingCallInEventLoopError, match="to_thread"):
-                client.close()
-            # In a thread of its own it may block: the fix the error names.
-            assert await anyio.to_thread.run_sync(handle.status) is WorkflowStatus.PENDING
-
-        anyio.run(from_async_code)
+async def test_it_refuses_to_block_a_running_event_loop(tmp_path: Path) -> None:
+    client = SyncClient(f"sqlite:///{tmp_path / 'l.db'}")  # made here: it may be
+    try:
+        with pytest.raises(BlockingCallInEventLoopError, match=r"SyncClient\.apply_schema\(\)"):
+            client.apply_schema()
+        with pytest.raises(BlockingCallInEventLoopError, match="await open_store"):
+            client.start_workflow(greet, "y")
+        with pytest.raises(BlockingCallInEventLoopError, match="to_thread"):
+            client.close()
+        # In a thread of its own it may block: the fix the error names.
+        await anyio.to_thread.run_sync(client.apply_schema)
+        handle = await anyio.to_thread.run_sync(client.start_workflow, greet, "x")
+        with pytest.raises(BlockingCallInEventLoopError, match=r"SyncClient\.status\(\)"):
+            handle.status()
+        assert await anyio.to_thread.run_sync(handle.status) is WorkflowStatus.PENDING
         assert isinstance(BlockingCallInEventLoopError("x"), FrameworkError)
-        assert [r.id for r in client.list_workflows()] == [handle.id]
+    finally:
+        await anyio.to_thread.run_sync(client.close)
 
 
 def _public(cls: type) -> set[str]:
