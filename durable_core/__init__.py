@@ -20,6 +20,7 @@ from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import MAX_DURATION
 from .errors import (
+    BlockingCallInEventLoopError,
     BodyRaisedError,
     ClaimNotSupportedError,
     ConfigurationError,
@@ -74,6 +75,7 @@ __all__ = [
     "MAX_DURATION",
     "Queue",
     "RateLimit",
+    "BlockingCallInEventLoopError",
     "ClaimNotSupportedError",
     "Claimer",
     "ConfigurationError",

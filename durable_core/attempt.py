@@ -33,7 +33,7 @@ from .context import enter_step, leave_step
 from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from .failures import dump_error, error_record
 from .group_commit import GroupCommit
-from .hooks import observers
+from .hooks import message_sent, observers
 from .journal import Call, Journal, derived_id
 from .records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
 from .retry import RetryPolicy
@@ -381,9 +381,12 @@ class Attempt:
         """Send ``payload`` to ``workflow_id``'s ``recv(topic)`` once per call site (its
         idempotency key derived from the call unless given), on ``store`` (this one)."""
 
+        target = store or self.store
+
         async def deliver(call: Call) -> str:
             key = idempotency_key or derived_id(self.claimed.id, call.path)
-            await (store or self.store).send(workflow_id, topic, payload, key)
+            await target.send(workflow_id, topic, payload, key)
+            await message_sent(target, workflow_id, topic)
             return "null"
 
         await self.effect("durable.send", json.dumps([workflow_id, topic]), deliver)

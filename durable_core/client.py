@@ -33,7 +33,7 @@ from .errors import (
     StatsNotSupportedError,
 )
 from .handle import WorkflowHandle
-from .hooks import observers, workflow_headers
+from .hooks import message_sent, observers, workflow_headers
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
     FOREVER,
@@ -323,6 +323,7 @@ class DurableClient(ScheduleMethods):
             await ctx.run.send(workflow_id, topic, payload, idempotency_key, self.store)
             return
         await self.store.send(workflow_id, topic, payload, idempotency_key or str(uuid.uuid4()))
+        await message_sent(self.store, workflow_id, topic)
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow and its unfinished children (see :meth:`WorkflowHandle.cancel`)."""
@@ -345,11 +346,13 @@ class DurableClient(ScheduleMethods):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
+        error_type: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally only those with ``status`` (a
         :class:`WorkflowStatus` or its value), the workflow name ``name``, in ``queue``,
         of the parent ``parent_id``, created at or after ``created_after`` and before
-        ``created_before`` (aware datetimes). Pages: pass the id of a page's last
+        ``created_before`` (aware datetimes), whose recorded error is of ``error_type``
+        (its dotted name, ``builtins.ValueError``). Pages: pass the id of a page's last
         workflow as ``before`` to get the next page."""
         if isinstance(status, str) and not isinstance(status, WorkflowStatus):
             try:
@@ -371,6 +374,7 @@ class DurableClient(ScheduleMethods):
             created_after=created_after,
             created_before=created_before,
             before=before,
+            error_type=error_type or None,
         )
 
     def _stats(self) -> WorkflowStats:

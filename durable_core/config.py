@@ -37,6 +37,7 @@ SETTINGS = (
     _Setting("retry_backoff_secs", "WORKFLOW_RETRY_BACKOFF_SECS", 5, 0, unit=1),
     _Setting("group_commit", "WORKFLOW_GROUP_COMMIT", 1, 0),
     _Setting("step_row_after_ms", "WORKFLOW_STEP_ROW_AFTER_MS", 100, 0, unit=0.001),
+    _Setting("drain_timeout_secs", "WORKFLOW_DRAIN_TIMEOUT_SECS", 30, 0, unit=1),
 )
 
 
@@ -59,6 +60,9 @@ class WorkflowConfig:
     step_row_after_ms: float = 100
     """With group commit, a step's ``running`` row is written only once the step has run
     this long; a faster step writes one row, with its output (0: always at once)."""
+    drain_timeout_secs: float = 30
+    """Once told to stop (SIGTERM), how long a worker waits for its in-flight workflows
+    before it abandons them to their lease expiry and exits."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowConfig:

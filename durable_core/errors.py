@@ -26,6 +26,11 @@ class InvalidDatabaseURLError(ConfigurationError):
     """A database URL is malformed or no installed backend accepts it."""
 
 
+class BlockingCallInEventLoopError(ConfigurationError):
+    """A blocking :class:`~durable_core.sync.SyncClient` method was called where an event
+    loop runs, which it would stall: ``await`` the async API there instead."""
+
+
 class RegistrationError(FrameworkError):
     """A workflow or step declaration is invalid."""
 
@@ -234,6 +239,7 @@ class ValueTooLargeError(StoreError):
 
 
 __all__ = [
+    "BlockingCallInEventLoopError",
     "BodyRaisedError",
     "ClaimNotSupportedError",
     "ConfigurationError",

@@ -29,6 +29,7 @@ from typing import Protocol
 import anyio
 
 from .errors import LeaseLostError
+from .hooks import observers
 from .records import Lease, Settlement, StepStatus, StepWrite, Wait, WorkflowStatus
 from .store import BatchWriter, Store
 
@@ -279,6 +280,8 @@ class GroupCommit:
                     batch.done.set()
 
     async def _flush(self, batch: _Batch) -> None:
+        began = time.perf_counter()
+        writes = len(batch.steps) + sum(2 if x.step else 1 for x in batch.settlements)
         try:
             batch.landed_steps, batch.landed_settlements = await self.store.write_batch(
                 batch.steps, batch.settlements
@@ -292,8 +295,15 @@ class GroupCommit:
                 if settlement.step is not None:
                     workflow = settlement.lease.workflow_id
                     self._owed.setdefault(workflow, []).insert(0, _Owed(settlement.step))
+        else:
+            observers().durable_group_commit_flushed(
+                writes=writes,
+                steps=len(batch.steps),
+                settlements=len(batch.settlements),
+                seconds=time.perf_counter() - began,
+            )
         self.flushes += 1
-        self.writes += len(batch.steps) + sum(2 if x.step else 1 for x in batch.settlements)
+        self.writes += writes
         batch.done.set()
 
     async def _write_long_steps(self) -> None:

@@ -180,6 +180,41 @@ class ObserverSpec:
         """The worker lost its lease; another worker owns the workflow now."""
 
     @hookspec
+    def durable_attempt_unsettled(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        error: BaseException,
+    ) -> None:
+        """The attempt could not be settled (the database stayed away, or a bug): it ends
+        here with ``error``, its lease expires and another attempt takes it over."""
+
+    @hookspec
+    def durable_message_sent(
+        self, workflow_id: str, topic: str, headers: Mapping[str, str]
+    ) -> None:
+        """A message was put in ``workflow_id``'s inbox (``client.send``), waking it if it
+        waits on ``topic``; ``headers`` are those stored when it was started. Called in the
+        sender's context."""
+
+    @hookspec
+    def durable_claim_finished(
+        self, worker_id: str, claimed: int, limit: int, seconds: float
+    ) -> None:
+        """A worker's claim statement took ``claimed`` workflows of the ``limit`` it asked
+        for, in ``seconds`` (not fired when it failed)."""
+
+    @hookspec
+    def durable_group_commit_flushed(
+        self, writes: int, steps: int, settlements: int, seconds: float
+    ) -> None:
+        """A group commit sent ``writes`` row writes (``steps`` step rows and ``settlements``
+        settlements, a settlement's last step counting as a write too) in one statement that
+        took ``seconds``; not fired when it failed."""
+
+    @hookspec
     def durable_worker_started(self, worker_id: str, concurrency: int) -> None:
         """A worker began claiming."""
 
@@ -311,6 +346,21 @@ def observers() -> ObserverSpec:
     """
     manager = plugin_manager()
     return cast(ObserverSpec, manager.hook) if manager.observing else _SILENT
+
+
+def observed(hook: str) -> bool:
+    """Whether any observer implements ``hook`` (to skip work only it would need)."""
+    manager = plugin_manager()
+    return manager.observing and bool(getattr(manager.hook, hook).get_hookimpls())
+
+
+async def message_sent(store: Store, workflow_id: str, topic: str) -> None:
+    """Announce a message sent to ``workflow_id`` (``durable_message_sent``), with the
+    headers it was started with, read only when an observer implements the hook."""
+    if observed("durable_message_sent"):
+        record = await store.get_workflow(workflow_id)
+        headers = (record.headers if record is not None else None) or {}
+        observers().durable_message_sent(workflow_id=workflow_id, topic=topic, headers=headers)
 
 
 def workflow_headers(workflow_id: str, workflow_name: str) -> dict[str, str]:

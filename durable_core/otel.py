@@ -2,9 +2,13 @@
 
 :func:`instrument` registers an :class:`OpenTelemetryObserver`, which
 
-- stores the starter's trace context (W3C ``traceparent``, through the global
-  propagator) in the headers of each workflow it starts, and makes each attempt's
-  span a child of it, so one trace holds a web request and the workflow it started;
+- opens a span for each start (``start <workflow name>``, kind ``PRODUCER``) in the
+  starter's trace, or a new one, and stores its context (W3C ``traceparent``, through
+  the global propagator) in the workflow's headers; each attempt's span is its child,
+  so one trace holds a web request, the workflow it started and every attempt of it
+  (a workflow started outside any trace too);
+- opens a span for each ``send`` (``send <topic>``, kind ``PRODUCER``) in the sender's
+  trace, linked to the start of the workflow it wakes;
 - emits a span per attempt (``run <workflow name>``, kind ``CONSUMER``) and per step
   try (``step <step name>``), current while the body or the step runs, so spans your
   code opens there nest under them (and children it starts join the trace);
@@ -136,10 +140,45 @@ class OpenTelemetryObserver:
     # -- the starter's side -----------------------------------------------------------------
 
     @hookimpl
-    def durable_workflow_headers(self) -> dict[str, str]:
+    def durable_workflow_headers(self, workflow_id: str, workflow_name: str) -> dict[str, str]:
+        """A producer span for the start, in the starter's trace (a new trace when there is
+        none), whose context the workflow keeps: each of its attempts is its child."""
+        span = self.tracer.start_span(
+            f"start {workflow_name}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                WORKFLOW_NAME: workflow_name,
+                WORKFLOW_ID: workflow_id,
+                "messaging.system": SCOPE,
+                "messaging.operation.type": "create",
+                "messaging.message.id": workflow_id,
+            },
+        )
+        span.end()
         carrier: dict[str, str] = {}
-        propagate.inject(carrier)
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
         return carrier
+
+    @hookimpl
+    def durable_message_sent(
+        self, workflow_id: str, topic: str, headers: Mapping[str, str]
+    ) -> None:
+        """A producer span for the send, in the sender's trace, linked to the start of the
+        workflow it wakes (the parent of that workflow's attempts)."""
+        started = propagate.extract(dict(headers), context=otel_context.Context())
+        target = trace.get_current_span(started).get_span_context()
+        span = self.tracer.start_span(
+            f"send {topic}" if topic else "send",
+            kind=SpanKind.PRODUCER,
+            links=[trace.Link(target, {WORKFLOW_ID: workflow_id})] if target.is_valid else (),
+            attributes={
+                WORKFLOW_ID: workflow_id,
+                "messaging.system": SCOPE,
+                "messaging.operation.type": "send",
+                "messaging.destination.name": topic,
+            },
+        )
+        span.end()
 
     @hookimpl
     def durable_workflow_enqueued(self, workflow_name: str) -> None:

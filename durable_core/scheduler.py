@@ -23,6 +23,7 @@ import anyio
 from .coltypes import utcnow
 from .config import WorkflowConfig
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
+from .hooks import observers, workflow_headers
 from .records import DEFAULT_QUEUE, NewWorkflow
 from .registry import Registry
 from .schedules import SCHEDULE_HEADER, TICK_HEADER, ScheduleRecord, plan, tick_workflow_id
@@ -123,6 +124,9 @@ class Scheduler:
                 extra=self._fields(schedule=schedule.name),
             )
         for tick, row in zip(ticks.start, rows, strict=True):
+            observers().durable_workflow_enqueued(
+                workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
+            )
             logger.info(
                 "schedule %s: tick %s started workflow %s (%s)",
                 schedule.name,
@@ -135,7 +139,8 @@ class Scheduler:
         return len(rows)
 
     def _workflow(self, schedule: ScheduleRecord, tick: datetime) -> NewWorkflow:
-        """The workflow a tick starts: its headers name the schedule and the tick."""
+        """The workflow a tick starts: its headers name the schedule and the tick (beside
+        those observers add: a trace context)."""
         max_attempts, timeout, queue = self.config.max_attempts, None, DEFAULT_QUEUE
         try:
             definition = self.registry.get(schedule.workflow_name)
@@ -144,14 +149,16 @@ class Scheduler:
         else:
             max_attempts = definition.max_attempts or max_attempts
             timeout, queue = definition.timeout, definition.queue
+        workflow_id = tick_workflow_id(schedule.name, tick)
+        headers = workflow_headers(workflow_id, schedule.workflow_name)
         return NewWorkflow(
-            id=tick_workflow_id(schedule.name, tick),
+            id=workflow_id,
             name=schedule.workflow_name,
             input=schedule.input,
             max_attempts=max_attempts,
             timeout_seconds=timeout,
             queue=schedule.queue or queue,
-            headers={SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
+            headers={**headers, SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
         )
 
     def _fields(self, **more: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from .errors import ConfigurationError
 from .queues import check_queue_name
@@ -61,6 +61,13 @@ class Cron:
                 f"{self.expression!r} is not a cron expression: five fields (minute hour "
                 "day month weekday), six with the second first, or @hourly, @daily..."
             )
+        try:
+            self.next_after(datetime.now(UTC))
+        except CroniterBadDateError:
+            raise ConfigurationError(
+                f"cron expression {self.expression!r} never fires: it names no date that "
+                "comes, such as February 30"
+            ) from None
 
     @property
     def zone(self) -> ZoneInfo:

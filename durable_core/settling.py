@@ -205,6 +205,7 @@ def lost(attempt: Attempt) -> None:
 
 def unsettled(attempt: Attempt, exc: BaseException) -> None:
     """The attempt could not be settled: its lease will expire and it will be reclaimed."""
+    observers().durable_attempt_unsettled(error=exc, **attempt.fields)
     if isinstance(exc, FrameworkError):
         logger.error(
             "could not settle workflow %s (%s); its lease will expire and it will be reclaimed",

@@ -180,13 +180,16 @@ class Store(StepWriter, Protocol):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
+        error_type: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first (by ``created_at``, then id), optionally filtered:
         ``queue`` lists a queue's workflows, ``parent_id`` a workflow's children,
         ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
-        creation time. ``before`` is a page
+        creation time, ``error_type`` keeps those whose recorded error is of that type
+        (its dotted name, ``builtins.ValueError``). ``before`` is a page
         cursor: only workflows listed after the workflow with that id (none when no
-        such id exists). Every filter is answered from an index, a page at a time."""
+        such id exists). Every filter but ``error_type`` is answered from an index, a
+        page at a time; ``error_type`` is checked on the rows the others lead to."""
         ...
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:

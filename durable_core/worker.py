@@ -1,7 +1,8 @@
 """``WorkflowWorker``: claims workflows and runs them, at most ``concurrency`` at once.
 
 The first SIGINT or SIGTERM stops claiming and waits for every in-flight
-workflow to settle, then ``run()`` returns. A second signal cancels the
+workflow to settle, then ``run()`` returns. A second signal, or the drain
+timeout (``WorkflowConfig.drain_timeout_secs``) passing first, cancels the
 in-flight bodies at once; their leases are left to expire and another worker
 reclaims them (``attempts`` goes up), so nothing is lost either way.
 """
@@ -12,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -69,6 +71,7 @@ class WorkflowWorker:
         self.executor = Executor(store, self.config, registry=self.registry, group=self.group)
         self._in_flight = 0
         self._stopping = False
+        self._stop_asked = anyio.Event()
         self._wake = anyio.Event()
         self._slot_free = anyio.Event()
         self._claimed_total = 0
@@ -105,8 +108,10 @@ class WorkflowWorker:
         raise ClaimNotSupportedError.for_store(self.store.description)
 
     def stop(self) -> None:
-        """Stop claiming; ``run()`` returns once in-flight workflows have settled."""
+        """Stop claiming; ``run()`` returns once in-flight workflows have settled, or once
+        ``config.drain_timeout_secs`` have passed (then it abandons the rest)."""
         self._stopping = True
+        self._stop_asked.set()
         self._scheduling.cancel()
         self._wake.set()
         self._slot_free.set()
@@ -148,13 +153,14 @@ class WorkflowWorker:
     async def _run(self, claimer: Claimer, handle_signals: bool) -> None:
         logger.info(
             "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows, "
-            "queues %s",
+            "queues %s, on %s",
             self.worker_id,
             self.config.concurrency,
             self.config.lock_timeout_secs,
             self.config.poll_interval_ms,
             len(self.registry.names()),
             ", ".join(queue.name for queue in self.served()),
+            self.store.description,
             extra={"worker_id": self.worker_id},
         )
         observers().durable_worker_started(
@@ -163,6 +169,7 @@ class WorkflowWorker:
         async with anyio.create_task_group() as outer:
             if handle_signals:
                 outer.start_soon(self._watch_signals, outer)
+            outer.start_soon(self._bound_drain, outer)
             # One task renews every in-flight lease (cancelled with ``outer`` once the
             # workflows have settled), instead of a heartbeat task per workflow.
             outer.start_soon(self.executor.keep_leases)
@@ -172,9 +179,10 @@ class WorkflowWorker:
             async with anyio.create_task_group() as running:
                 await self._claim_loop(claimer, running)
                 logger.info(
-                    "worker %s stopping: waiting for %d in-flight workflows",
+                    "worker %s stopping: waiting for %d in-flight workflows (at most %ss)",
                     self.worker_id,
                     self._in_flight,
+                    self.config.drain_timeout_secs,
                     extra={"worker_id": self.worker_id},
                 )
                 observers().durable_worker_stopping(
@@ -189,15 +197,31 @@ class WorkflowWorker:
         with self._scheduling:
             await self.scheduler.run()
 
+    async def _bound_drain(self, outer: TaskGroup) -> None:
+        """Once asked to stop, give the in-flight workflows ``drain_timeout_secs`` to settle;
+        then abandon them (cancelled with ``outer`` first, when they settle in time)."""
+        await self._stop_asked.wait()
+        await anyio.sleep(self.config.drain_timeout_secs)
+        logger.warning(
+            "the drain timeout (%ss) passed: abandoning %d in-flight workflows; their leases "
+            "expire and another worker reclaims them",
+            self.config.drain_timeout_secs,
+            self._in_flight,
+            extra={"worker_id": self.worker_id},
+        )
+        self._abandoned = True
+        outer.cancel_scope.cancel()
+
     async def _watch_signals(self, outer: TaskGroup) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 if not self._stopping:
                     logger.info(
-                        "received %s: no new claims; finishing %d in-flight workflows "
-                        "(send it again to stop at once)",
+                        "received %s: no new claims; finishing %d in-flight workflows within "
+                        "%ss (send it again to stop at once)",
                         signal.Signals(signum).name,
                         self._in_flight,
+                        self.config.drain_timeout_secs,
                         extra={"worker_id": self.worker_id},
                     )
                     self.stop()
@@ -225,6 +249,7 @@ class WorkflowWorker:
                 self._slot_free = anyio.Event()
                 await self._slot_free.wait()
                 continue
+            began = time.perf_counter()
             try:
                 claimed = await claimer.claim(
                     worker_id=self.worker_id,
@@ -247,8 +272,15 @@ class WorkflowWorker:
                 # itself once the task groups are left.
                 self._fatal = exc
                 self._stopping = True
+                self._stop_asked.set()
                 return
             backoff = 0.1
+            observers().durable_claim_finished(
+                worker_id=self.worker_id,
+                claimed=len(claimed),
+                limit=free,
+                seconds=time.perf_counter() - began,
+            )
             for item in claimed:
                 self._in_flight += 1
                 self._running[item.queue] += 1

@@ -62,11 +62,14 @@ async def sqlite_or_postgres(
         await store.close()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        function = getattr(item, "function", None)
-        if function is not None and inspect.iscoroutinefunction(function):
-            item.add_marker(pytest.mark.anyio)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    """Mark every ``async def`` test for anyio, on the ``anyio_backend`` above, before its
+    item is made: a test marked only afterwards is run once per installed backend (trio
+    too, which selenium brings) by anyio's plugin, ignoring that fixture."""
+    if inspect.iscoroutinefunction(obj) and name.startswith("test"):
+        pytest.mark.anyio(obj)
+        pytest.mark.usefixtures("anyio_backend")(obj)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import importlib.metadata
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -392,3 +393,215 @@ def test_worker_concurrency_option_keeps_every_other_setting() -> None:
     for setting in SETTINGS:
         if setting.field != "concurrency":
             assert getattr(config, setting.field) == getattr(from_env, setting.field), setting
+
+
+def bare(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``durable`` with no option added, in this environment less the durable variables,
+    plus ``env``."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "durable_core", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**environment, **(env or {})},
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    """The command failed as every CLI error does: exit 2, one line on stderr naming it."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert result.stderr.startswith("durable: error: "), result.stderr
+
+
+def test_worker_refuses_to_start_without_an_app_or_a_database(tmp_path: Path) -> None:
+    db = ["--database-url", f"sqlite:///{tmp_path / 'w.db'}"]
+    one_line_error(bare("worker", *db), "durable worker needs --app MODULE")
+    one_line_error(bare("worker", "--app", "tests.test_cli"), "durable worker needs a database")
+    one_line_error(bare("worker", "--embedded", "--app", "tests.test_cli", *db), "not both")
+    one_line_error(bare("worker", "--app", "json", *db), "json registered no workflow")
+    # --app replaces $DURABLE_APP (no_such_module is not imported); without it, it is read.
+    clash = "'tests.clash' is registered by 2 functions"
+    env = {"DURABLE_APP": "no_such_module"}
+    one_line_error(bare("worker", "--app", "tests.duplicate_app", *db, env=env), clash)
+    one_line_error(bare("worker", *db, env={"DURABLE_APP": "tests.duplicate_app"}), clash)
+    # A schedule that never fires stops the import, not the worker's boot.
+    never = bare("worker", "--app", "tests.never_fires_app", *db)
+    one_line_error(never, "cron expression '0 0 30 2 *' never fires")
+
+
+def test_a_bad_log_level_or_format_is_one_line(tmp_path: Path) -> None:
+    db = ["--database-url", f"sqlite:///{tmp_path / 'l.db'}"]
+    one_line_error(bare("--log-level", "LOUD", "migrate", *db), "--log-level 'LOUD' is not a log")
+    env = {"DURABLE_LOG_LEVEL": "verbose"}
+    one_line_error(bare("migrate", *db, env=env), "$DURABLE_LOG_LEVEL 'verbose' is not a log")
+    env = {"DURABLE_LOG_FORMAT": "yaml"}
+    one_line_error(bare("migrate", *db, env=env), "$DURABLE_LOG_FORMAT 'yaml' is not a log")
+    # Case does not matter; tests/test_metrics.py reads a worker's JSON lines.
+    fine = bare("--log-level", "debug", "--log-format", "JSON", "migrate", *db)
+    assert fine.returncode == 0, fine.stderr
+
+
+@workflow_step
+async def shout(text: str) -> str:
+    raise ValueError(f"\x1b[2J\x1b[31mcannot shout {text}\x9b1m")
+
+
+@workflow(max_attempts=1)
+async def shouting(text: str) -> None:
+    await shout(text)
+
+
+@workflow
+async def inbox(note: str) -> str:
+    reply = await durable_core.recv("go")  # no timeout: it waits with no deadline
+    return f"{note}: {reply['answer']}"
+
+
+async def test_show_prints_no_control_sequence_and_never_the_forever_sentinel(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    url = ["--database-url", f"sqlite:///{tmp_path / 'durable.db'}"]
+    client, runner = DurableClient(sqlite_store), WorkflowRunner(sqlite_store)
+    title = "\x1b]0;owned\x07\x1b[8mhidden\x1b[0m\rnote"
+    waiting = await client.start_workflow(inbox, title)
+    assert await runner.run_once(waiting) is WorkflowStatus.WAITING
+    assert (await waiting.info()).run_at.year == 9999, "a wait with no deadline stores FOREVER"
+    failed = await client.start_workflow(shouting, "\x1b[1Aup")
+    assert await runner.run_until_complete(failed) is WorkflowStatus.FAILED
+
+    outputs = {
+        args: durable(*args, *url)
+        for args in [
+            ("show", waiting.id),
+            ("show", "--json", waiting.id),
+            ("show", "--traceback", failed.id),
+            ("list",),
+            ("list", "--json"),
+            ("stats", "--json"),
+        ]
+    }
+    for args, result in outputs.items():
+        assert result.returncode == 0, (args, result.stderr)
+        assert "9999" not in result.stdout, (args, result.stdout)
+        assert not {"\x1b", "\x9b", "\r", "\x07"} & set(result.stdout), (args, result.stdout)
+    shown = outputs[("show", waiting.id)].stdout
+    # Decoded as the dashboard shows it: a string's control characters are JSON escapes.
+    assert 'input     ("\\u001b]0;owned\\u0007\\u001b[8mhidden\\u001b[0m\\rnote")\n' in shown
+    assert "waiting   for a message on topic 'go'\n" in shown, "no 'until' date: it has none"
+    [listed] = [r for r in json.loads(outputs[("list", "--json")].stdout) if r["id"] == waiting.id]
+    assert (listed["run_at"], listed["wake_at"], listed["waiting_for"]) == (
+        None,
+        None,
+        "message:go",
+    )
+    assert "cannot shout upup" not in outputs[("show", "--traceback", failed.id)].stdout
+    assert (
+        "builtins.ValueError: cannot shout up" in outputs[("show", "--traceback", failed.id)].stdout
+    )
+    stats = json.loads(outputs[("stats", "--json")].stdout)
+    assert {(r["status"], r["oldest"]) for r in stats} == {("waiting", None)}
+
+    # durable send wakes it; the message is JSON.
+    sent = durable("send", waiting.id, '{"answer": 42}', "--topic", "go", *url)
+    assert (sent.returncode, sent.stdout) == (0, f"sent to workflow {waiting.id} on topic 'go'\n")
+    assert await runner.run_until_complete(waiting) is WorkflowStatus.SUCCEEDED
+    assert await waiting.output() == f"{title}: 42"
+    one_line_error(durable("send", waiting.id, "yes", *url), "the message is not valid JSON")
+    one_line_error(durable("send", "no-such-id", "1", *url), "no such workflow")
+
+
+async def test_fork_and_list_by_queue_and_error_a_page_at_a_time(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    url = ["--database-url", f"sqlite:///{tmp_path / 'durable.db'}"]
+    client = DurableClient(sqlite_store)
+    reports = [
+        await client.with_options(queue="reports").start_workflow(hello, str(n)) for n in range(5)
+    ]
+    doomed_id = await failed_workflow(sqlite_store)
+
+    def page(*args: str) -> tuple[list[str], str | None]:
+        result = durable("list", *args, *url)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        cursor = lines.pop().split()[-1] if lines[-1].startswith("next page: ") else None
+        return [line.split()[0] for line in lines[1:]], cursor
+
+    seen, cursor, pages = [], None, 0
+    while True:
+        ids, cursor = page(
+            "--queue", "reports", "--limit", "2", *(["--before", cursor] if cursor else [])
+        )
+        seen += ids
+        pages += 1
+        if cursor is None:
+            break
+        assert cursor == ids[-1]
+    assert (pages, seen) == (3, [h.id for h in reversed(reports)])
+    assert page("--error", "builtins.ValueError") == ([doomed_id], None)
+    assert page("--error", "builtins.KeyError") == ([], None)
+    as_json = durable("list", "--json", "--queue", "reports", "--limit", "4", *url)
+    assert [r["id"] for r in json.loads(as_json.stdout)] == [h.id for h in reversed(reports)][:4]
+    assert as_json.stderr == f"durable: next page: --before {reports[1].id}\n"
+
+    forked = durable("fork", doomed_id, "--from-step", "1", *url)
+    assert forked.returncode == 0, forked.stderr
+    copy = await client.get(forked.stdout.strip())
+    assert (copy.name, copy.status, copy.input) == (
+        doomed.name,
+        WorkflowStatus.PENDING,
+        (await client.get(doomed_id)).input,
+    )
+    [cached] = await client.handle(copy.id).steps()
+    assert (cached.step_index, cached.output) == (0, '"hello ada"')
+    one_line_error(durable("fork", doomed_id, "--from-step", "-1", *url), "from_step is a step")
+    one_line_error(durable("fork", "no-such-id", "--from-step", "0", *url), "no-such-id")
+
+
+def test_a_taken_dashboard_port_is_one_line_before_any_url_is_logged(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        db = ["--database-url", f"sqlite:///{tmp_path / 'd.db'}"]
+        result = bare("--log-level", "INFO", "dashboard", "--port", port, *db)
+    one_line_error(result, f"cannot serve the dashboard on 127.0.0.1:{port}: the port is taken")
+    assert "http://" not in result.stdout + result.stderr
+
+
+def test_a_bad_or_taken_metrics_port_is_one_line(tmp_path: Path) -> None:
+    db = ["--database-url", f"sqlite:///{tmp_path / 'm.db'}"]  # it never gets to its tables
+    worker = ["worker", "--app", "tests.test_cli", *db]
+    one_line_error(bare(*worker, "--metrics-port", "70000"), "--metrics-port '70000' is not a")
+    env = {"DURABLE_METRICS_PORT": "http"}
+    one_line_error(bare(*worker, env=env), "$DURABLE_METRICS_PORT 'http' is not a port number")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = bare(*worker, "--metrics-host", "127.0.0.1", "--metrics-port", port)
+    one_line_error(result, f"cannot serve metrics on 127.0.0.1:{port}: the port is taken")
+
+
+def test_an_embedded_worker_says_so_in_its_first_line(tmp_path: Path) -> None:
+    data = tmp_path / "pgdata"
+    result = bare(
+        "worker", "--embedded", "--embedded-dir", str(data), "--app", "tests.test_cli",
+        env={"DURABLE_DATABASE_URL": "postgresql://nobody@192.0.2.1/not-this-one"},
+    )  # fmt: skip
+    first = result.stderr.splitlines()[0]
+    assert "WARNING durable_core.cli: durable worker --embedded: running on the embedded " in first
+    assert f"PostgreSQL in {data} (not $DURABLE_DATABASE_URL)" in first
+    # It ran there: a fresh embedded database has no tables yet.
+    assert result.returncode == 2 and "durable migrate" in result.stderr.splitlines()[-1]
+    assert not (data / "postmaster.pid").exists(), "the server was stopped"
+
+
+def test_a_bad_argument_is_one_line_too() -> None:
+    one_line_error(bare("worker", "--concurrency", "many"), "worker: argument --concurrency")
+    one_line_error(bare("schedule", "add", "x"), "schedule add: the following arguments")
+    shown = bare("list", "--help")
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: durable list")

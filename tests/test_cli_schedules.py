@@ -51,6 +51,9 @@ async def test_schedules_from_the_command_line(sqlite_store: SQLiteStore, tmp_pa
     errors = {
         "no schedule is named 'digest'": ["schedule", "pause", "digest", *db],
         "is not a cron expression": ["schedule", "add", "d", "cli.digest", "bad", *app, *db],
+        "cron expression '0 0 30 2 *' never fires": [
+            "schedule", "add", "d", "cli.digest", "0 0 30 2 *", "--args", '["ops"]', *app, *db,
+        ],
         "unknown time zone 'Nowhere'": [
             "schedule", "add", "d", "cli.digest", "@daily", "--timezone", "Nowhere", *app, *db,
         ],

@@ -13,7 +13,7 @@ from durable_core import ConfigurationError, FrameworkError, WorkflowConfig
 from durable_core.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
 
-# variable, field, default, minimum (the reference's five, then group commit's two)
+# variable, field, default, minimum (the reference's five, group commit's two, the drain's)
 VARIABLES = [
     ("WORKFLOW_POLL_INTERVAL_MS", "poll_interval_ms", 1000, 1),
     ("WORKFLOW_CONCURRENCY", "concurrency", 4, 1),
@@ -22,6 +22,7 @@ VARIABLES = [
     ("WORKFLOW_RETRY_BACKOFF_SECS", "retry_backoff_secs", 5, 0),
     ("WORKFLOW_GROUP_COMMIT", "group_commit", 1, 0),
     ("WORKFLOW_STEP_ROW_AFTER_MS", "step_row_after_ms", 100, 0),
+    ("WORKFLOW_DRAIN_TIMEOUT_SECS", "drain_timeout_secs", 30, 0),
 ]
 IDS = [v[0] for v in VARIABLES]
 

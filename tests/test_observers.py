@@ -13,7 +13,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +290,50 @@ class Recorder:
     @hookimpl
     def durable_worker_stopping(self, worker_id: str, in_flight: int) -> None:
         self._add("worker_stopping", worker_id=worker_id, in_flight=in_flight)
+
+    @hookimpl
+    def durable_attempt_unsettled(
+        self,
+        worker_id: str,
+        workflow_id: str,
+        attempts: int,
+        max_attempts: int,
+        error: BaseException,
+    ) -> None:
+        self._add(
+            "attempt_unsettled",
+            worker_id=worker_id,
+            workflow_id=workflow_id,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            error=error,
+        )
+
+    @hookimpl
+    def durable_message_sent(
+        self, workflow_id: str, topic: str, headers: Mapping[str, str]
+    ) -> None:
+        self._add("message_sent", workflow_id=workflow_id, topic=topic, headers=dict(headers))
+
+    @hookimpl
+    def durable_claim_finished(
+        self, worker_id: str, claimed: int, limit: int, seconds: float
+    ) -> None:
+        self._add(
+            "claim_finished", worker_id=worker_id, claimed=claimed, limit=limit, seconds=seconds
+        )
+
+    @hookimpl
+    def durable_group_commit_flushed(
+        self, writes: int, steps: int, settlements: int, seconds: float
+    ) -> None:
+        self._add(
+            "group_commit_flushed",
+            writes=writes,
+            steps=steps,
+            settlements=settlements,
+            seconds=seconds,
+        )
 
 
 class Exploding:
@@ -617,6 +661,9 @@ async def test_the_worker_fires_every_event_from_start_to_stop(
             for e in events
             if e.get("worker_id") == "obs-worker" or e.get("workflow_id") == handle.id
         ]
+        claims = [e for e in mine if e["event"] == "claim_finished"]
+        assert sum(e["claimed"] for e in claims) == 2, "its two attempts, each claimed once"
+        mine = [e for e in mine if e["event"] != "claim_finished"]
         enqueued, started, *flow, stopping = mine
         assert started == {"event": "worker_started", "worker_id": "obs-worker", "concurrency": 2}
         assert stopping == {"event": "worker_stopping", "worker_id": "obs-worker", "in_flight": 0}

@@ -30,6 +30,7 @@ from durable_core import (
     WorkflowConfig,
     WorkflowContext,
     WorkflowStatus,
+    recv,
     sleep,
     workflow,
     workflow_step,
@@ -209,6 +210,7 @@ async def test_one_trace_holds_the_request_the_attempt_and_each_step_try(
     )
 
     [starter] = telemetry.named("POST /orders")
+    [start] = telemetry.named(f"start {order_flow.name}")
     [attempt] = telemetry.named(f"run {order_flow.name}")
     tries = telemetry.named(f"step {flaky.name}")
     [reserved] = telemetry.named(f"step {reserve.name}")
@@ -217,7 +219,11 @@ async def test_one_trace_holds_the_request_the_attempt_and_each_step_try(
     assert {trace_id(span) for span in telemetry.finished()} == {
         request.get_span_context().trace_id
     }
-    assert parent_of(attempt) == span_id(starter)
+    assert parent_of(start) == span_id(starter) and start.kind is SpanKind.PRODUCER
+    assert start.attributes is not None
+    assert start.attributes["durable.workflow.id"] == handle.id
+    assert start.attributes["messaging.operation.type"] == "create"
+    assert parent_of(attempt) == span_id(start)
     assert attempt.kind is SpanKind.CONSUMER
     assert attempt.attributes is not None
     assert attempt.attributes["durable.workflow.id"] == handle.id
@@ -266,9 +272,11 @@ async def test_the_worker_continues_the_starters_trace(
         assert await handle.wait_with_timeout(15) is WorkflowStatus.SUCCEEDED
         worker.stop()
 
+    [start] = telemetry.named(f"start {order_flow.name}")
     [attempt] = telemetry.named(f"run {order_flow.name}")
     assert trace_id(attempt) == request.get_span_context().trace_id
-    assert parent_of(attempt) == request.get_span_context().span_id
+    assert parent_of(start) == request.get_span_context().span_id
+    assert parent_of(attempt) == span_id(start)
     assert attempt.attributes is not None
     assert attempt.attributes["durable.worker.id"] == "w-otel"
     steps = [span for span in telemetry.finished() if span.name.startswith("step ")]
@@ -300,9 +308,18 @@ async def test_a_retried_attempt_and_a_resumed_wait_stay_in_the_trace(
     assert asleep.attributes["durable.workflow.outcome"] == "waiting"
     assert asleep.attributes["durable.workflow.waiting_for"] == "sleep"
     trace_of_request = request.get_span_context().trace_id
-    for attempt in (first, second, asleep, awake):
+    [retried_start] = telemetry.named(f"start {stumbling.name}")
+    [napper_start] = telemetry.named(f"start {napping.name}")
+    for start in (retried_start, napper_start):
+        assert parent_of(start) == request.get_span_context().span_id
+    for attempt, start in (
+        (first, retried_start),
+        (second, retried_start),
+        (asleep, napper_start),
+        (awake, napper_start),
+    ):
         assert trace_id(attempt) == trace_of_request
-        assert parent_of(attempt) == request.get_span_context().span_id
+        assert parent_of(attempt) == span_id(start)
 
 
 async def test_a_child_workflow_joins_its_parents_trace(
@@ -315,8 +332,62 @@ async def test_a_child_workflow_joins_its_parents_trace(
 
     parent_attempts = telemetry.named(f"run {parent_flow.name}")
     [child] = telemetry.named(f"run {order_flow.name}")
+    [child_start] = telemetry.named(f"start {order_flow.name}")
     assert {trace_id(span) for span in telemetry.finished()} == {trace_id(child)}
-    assert parent_of(child) == span_id(parent_attempts[0])  # started by its first attempt
+    assert parent_of(child) == span_id(child_start)
+    assert parent_of(child_start) == span_id(parent_attempts[0])  # started by its first attempt
+
+
+@workflow
+async def awaiting_payment(order: str) -> str:
+    paid = await recv("paid")
+    return await reserve(f"{order} paid {paid}")
+
+
+async def test_a_workflow_started_outside_any_trace_has_one_trace_across_its_attempts(
+    sqlite_store: Store, telemetry: Telemetry
+) -> None:
+    key = uuid.uuid4().hex
+    FAILS[key] = 1
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    client, runner = DurableClient(sqlite_store, max_attempts=3), WorkflowRunner(sqlite_store)
+    retried = await client.start_workflow(stumbling, key)
+    napper = await client.start_workflow(napping)
+    assert await runner.run_until_complete(retried) is WorkflowStatus.SUCCEEDED
+    assert await runner.run_until_complete(napper) is WorkflowStatus.SUCCEEDED
+
+    for flow, attempts in ((stumbling, 2), (napping, 2)):
+        [start] = telemetry.named(f"start {flow.name}")
+        runs = telemetry.named(f"run {flow.name}")
+        assert start.parent is None and start.kind is SpanKind.PRODUCER, "a trace of its own"
+        assert len(runs) == attempts
+        assert {parent_of(run) for run in runs} == {span_id(start)}
+        assert {trace_id(run) for run in runs} == {trace_id(start)}
+    starts = [telemetry.named(f"start {flow.name}")[0] for flow in (stumbling, napping)]
+    assert trace_id(starts[0]) != trace_id(starts[1]), "each workflow is a trace"
+
+
+async def test_a_send_is_linked_to_the_workflow_it_wakes(
+    sqlite_store: Store, telemetry: Telemetry
+) -> None:
+    client, runner = DurableClient(sqlite_store), WorkflowRunner(sqlite_store)
+    handle = await client.start_workflow(awaiting_payment, "o-7")  # outside any trace
+    assert await runner.run_once(handle) is WorkflowStatus.WAITING
+    with telemetry.tracer.start_as_current_span("POST /webhooks/payment") as webhook:
+        await client.send(handle.id, "42 EUR", topic="paid")
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+
+    [start] = telemetry.named(f"start {awaiting_payment.name}")
+    asleep, woken = telemetry.named(f"run {awaiting_payment.name}")
+    [sent] = telemetry.named("send paid")
+    assert sent.kind is SpanKind.PRODUCER
+    assert parent_of(sent) == webhook.get_span_context().span_id, "in the sender's trace"
+    [link] = sent.links
+    assert (link.context.trace_id, link.context.span_id) == (trace_id(start), span_id(start))
+    assert link.attributes is not None and link.attributes["durable.workflow.id"] == handle.id
+    assert parent_of(woken) == parent_of(asleep) == span_id(start), "the run it woke"
+    assert sent.attributes is not None
+    assert sent.attributes["messaging.destination.name"] == "paid"
 
 
 async def test_metrics_count_starts_settles_retries_and_time_steps_and_queue_wait(
@@ -390,9 +461,10 @@ async def test_instrument_replaces_itself_and_uninstrument_stops_it(sqlite_store
             headers = workflow_headers("some-id", "some.workflow")
         context = caller.get_span_context()
         flags = f"{context.trace_flags:02x}"
-        assert headers == {
-            "traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags}"
-        }
+        version, trace_hex, span_hex, flags_hex = headers["traceparent"].split("-")
+        assert (version, trace_hex, flags_hex) == ("00", f"{context.trace_id:032x}", flags)
+        assert span_hex != f"{context.span_id:016x}", "the start's own span, the caller's child"
+        assert set(headers) == {"traceparent"}
     finally:
         durable_core.otel.uninstrument()
     assert plugin_manager().get_plugin(durable_core.otel.PLUGIN_NAME) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -124,3 +125,15 @@ def test_bad_schedules_are_refused() -> None:
         schedule=Schedule("0 9 * * *", "Europe/Paris", args=("today",)), registry=registry
     )(report)
     assert declared.schedule is not None and declared.schedule.timezone == "Europe/Paris"
+
+
+def test_a_cron_expression_that_never_fires_is_refused_where_it_is_given() -> None:
+    for never in ("0 0 30 2 *", "0 0 31 4 *", "0 0 0 31 11 *"):
+        with pytest.raises(ConfigurationError, match=re.escape(f"'{never}' never fires")):
+            Schedule(never)
+    with pytest.raises(RegistrationError, match="never fires"):
+
+        @workflow(schedule="0 0 30 2 *", registry=Registry())
+        async def on_february_30() -> None: ...
+
+    assert Cron("0 0 29 2 *").next_after(T0).day == 29, "a leap day comes"

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import multiprocessing
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from durable_core import (
+    BlockingCallInEventLoopError,
     ConfigurationError,
+    DurableClient,
+    FrameworkError,
     InvalidDatabaseURLError,
+    Schedule,
     WaitTimeoutError,
     WorkflowConflictError,
     WorkflowFailedError,
+    WorkflowHandle,
     WorkflowStart,
     WorkflowStatus,
     recv,
@@ -23,6 +35,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
+from durable_core.store import WorkflowStats
 from durable_core.sync import SyncClient, SyncHandle
 from durable_core.testing import WorkflowRunner
 from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_database
@@ -156,4 +169,124 @@ def test_closing_and_bad_urls(tmp_path: Path) -> None:
         client.start_workflow(greet, "y")
     with pytest.raises(InvalidDatabaseURLError):
         SyncClient("nosuch://host/db")
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        SyncClient(f"sqlite:///{tmp_path / 'c.db'}", max_attempts=0)
     assert threading.active_count() == before, "no loop thread is left behind"
+
+
+@workflow
+async def tally(n: int) -> int:
+    if n < 0:
+        raise ValueError(f"{n} is negative")
+    return n
+
+
+def _in_child(client: SyncClient, results: Any) -> None:
+    """What a forked child does with the client it inherited: start a workflow, read it."""
+    handle = client.start_workflow(greet, "child")
+    results.put((handle.id, handle.status().value, client.get(handle.id).name))
+
+
+def test_a_forked_child_opens_its_own_loop_and_leaves_the_parents_alone(url: str) -> None:
+    with SyncClient(url) as client:
+        before = client.start_workflow(greet, "parent")
+        # A child made by os.fork, as gunicorn --preload makes its workers.
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, and leave without running pytest's teardown
+            code = 1
+            try:
+                os.close(read)
+                handle = client.start_workflow(greet, "forked")
+                os.write(write, json.dumps([handle.id, handle.status().value]).encode())
+                client.close()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        with os.fdopen(read) as pipe:
+            forked_id, forked_status = json.loads(pipe.read())
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert forked_status == "pending"
+
+        # A child of multiprocessing's fork start method.
+        context = multiprocessing.get_context("fork")
+        results = context.SimpleQueue()
+        child = context.Process(target=_in_child, args=(client, results))
+        child.start()
+        child.join(60)
+        if child.exitcode is None:
+            child.kill()
+            pytest.fail("the multiprocessing child hung")
+        assert child.exitcode == 0
+        mp_id, mp_status, mp_name = results.get()
+        assert (mp_status, mp_name) == ("pending", greet.name)
+
+        # The parent's loop and connections were not touched by either child.
+        assert before.status() is WorkflowStatus.PENDING
+        assert {r.id for r in client.list_workflows()} == {before.id, forked_id, mp_id}
+
+
+async def test_it_refuses_to_block_a_running_event_loop(tmp_path: Path) -> None:
+    client = SyncClient(f"sqlite:///{tmp_path / 'l.db'}")  # made here: it may be
+    try:
+        with pytest.raises(BlockingCallInEventLoopError, match=r"SyncClient\.apply_schema\(\)"):
+            client.apply_schema()
+        with pytest.raises(BlockingCallInEventLoopError, match="await open_store"):
+            client.start_workflow(greet, "y")
+        with pytest.raises(BlockingCallInEventLoopError, match="to_thread"):
+            client.close()
+        # In a thread of its own it may block: the fix the error names.
+        await anyio.to_thread.run_sync(client.apply_schema)
+        handle = await anyio.to_thread.run_sync(client.start_workflow, greet, "x")
+        with pytest.raises(BlockingCallInEventLoopError, match=r"SyncClient\.status\(\)"):
+            handle.status()
+        assert await anyio.to_thread.run_sync(handle.status) is WorkflowStatus.PENDING
+        assert isinstance(BlockingCallInEventLoopError("x"), FrameworkError)
+    finally:
+        await anyio.to_thread.run_sync(client.close)
+
+
+def _public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_it_has_what_the_async_client_has(url: str) -> None:
+    assert _public(DurableClient) - _public(SyncClient) == set()
+    assert _public(WorkflowHandle) - _public(SyncHandle) - {"store"} == set()
+    with SyncClient(url) as client:
+        reports = client.with_options(queue="reports", priority=5)
+        started = reports.start_workflow(tally, 1)
+        assert (started.info().queue, started.info().priority) == ("reports", 5)
+        assert client.start_workflow(tally, 2).info().queue == "default", "the original is kept"
+        failing = client.start_workflow(tally, -1)
+        assert client.call(WorkflowRunner(client.store).run_until_complete, failing.id) is (
+            WorkflowStatus.FAILED
+        )
+        assert [r.id for r in client.list_workflows(queue="reports")] == [started.id]
+        assert [r.id for r in client.list_workflows(error_type="builtins.ValueError")] == [
+            failing.id
+        ]
+        first = client.list_workflows(limit=1)[0]
+        assert len(client.list_workflows(before=first.id)) == 2
+        assert {(b.queue, b.count) for b in client.backlog()} == {("reports", 1), ("default", 1)}
+        assert [t.try_number for t in failing.step_tries()] == []  # it failed in its body
+        with pytest.raises(WorkflowFailedError):
+            failing.output_raw()
+
+        added = client.add_schedule("nightly", tally, Schedule("0 3 * * *", args=(7,)))
+        assert (added.name, client.get_schedule("nightly").next_tick.hour) == ("nightly", 3)
+        client.pause_schedule("nightly")
+        assert client.get_schedule("nightly").paused
+        client.resume_schedule("nightly")
+        assert [s.name for s in client.list_schedules()] == ["nightly"]
+        client.delete_schedule("nightly")
+        assert client.list_schedules() == []
+        assert client.has_stats is isinstance(client.store, WorkflowStats)

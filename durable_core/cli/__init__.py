@@ -1,7 +1,7 @@
 """The ``durable`` command: run a worker, apply the schema, inspect and steer workflows.
 
 Each module adds its commands: :mod:`.running` (worker, start, migrate, alembic,
-dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel) and
+dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel, send, fork),
 :mod:`.schedules` and :mod:`.replaying` (export, replay-check); :mod:`.common` holds
 what they share.
 """
@@ -9,26 +9,52 @@ what they share.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 import anyio
 
 from ..errors import FrameworkError
 from ..worker import single_error
 from . import inspecting, replaying, running, schedules
-from .common import configure_logging, import_app, opened_store
+from .common import (
+    LOG_FORMAT_ENV,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+    configure_logging,
+    import_app,
+    opened_store,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (a missing argument, a bad number) are one line and
+    exit 2 as every other error of the command is; ``--help`` still shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("durable").strip()
+        self.exit(2, f"durable: error: {f'{command}: ' if command else ''}{message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``durable`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="durable", description="Durable workflows: worker, schema and operations."
     )
-    parser.add_argument("--log-level", default=os.environ.get("DURABLE_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        help=f"{', '.join(LOG_LEVELS)} (default: ${LOG_LEVEL_ENV}, else INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        help=f"text or json, one object a line (default: ${LOG_FORMAT_ENV}, else text; "
+        "json needs the [logs] extra)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (running, inspecting, schedules, replaying):
@@ -46,19 +72,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         try:
-            return _main(argv)
+            args = build_parser().parse_args(argv)
+            code = _main(args)
         finally:
             sys.stdout.flush()  # here, not at exit: a reader gone shows up inside the try
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
         return 128 + signal.SIGPIPE
+    if getattr(args, "exit_now", False):
+        # A worker that abandoned its workflows exits now: the interpreter would otherwise
+        # wait at exit for the thread of a (plain def) step that never ends.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
+def _main(args: argparse.Namespace) -> int:
     try:
+        configure_logging(args.log_level, args.log_format)
         if getattr(args, "sync", False):
             code: int = args.run(args)
         else:

@@ -16,30 +16,81 @@ from ..backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
 from ..errors import ConfigurationError
 from ..hooks import plugin_manager
 from ..store import EmbeddedDatabase, Store
+from .output import printable
 
 EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"
 APP_ENV = "DURABLE_APP"
+LOG_LEVEL_ENV = "DURABLE_LOG_LEVEL"
+LOG_FORMAT_ENV = "DURABLE_LOG_FORMAT"
+DEFAULT_EMBEDDED_DIR = ".durable/pgdata"
 
 logger = logging.getLogger("durable_core.cli")
 
 
 class _WorkerFields(logging.Formatter):
-    """Appends the structured fields (worker_id, workflow_id, attempts...) to each line."""
+    """Appends the structured fields (worker_id, workflow_id, attempts...) to each line, and
+    drops the terminal control sequences a message may carry (an error's, say)."""
 
     FIELDS = ("worker_id", "workflow_id", "attempts", "max_attempts", "outcome")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         extra = [f"{name}={getattr(record, name)}" for name in self.FIELDS if hasattr(record, name)]
-        return f"{line} [{' '.join(extra)}]" if extra else line
+        return printable(f"{line} [{' '.join(extra)}]" if extra else line)
 
 
-def configure_logging(level: str) -> None:
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
+
+
+def _chosen(given: str | None, option: str, env: str, default: str) -> tuple[str, str]:
+    """The value ``given`` to ``option`` (else ``$env``'s, else ``default``), and where it
+    came from."""
+    if given is not None:
+        return given, option
+    from_env = os.environ.get(env, "").strip()
+    return (from_env, f"${env}") if from_env else (default, "the default")
+
+
+def configure_logging(level: str | None = None, log_format: str | None = None) -> None:
+    """Log to stderr at ``level`` (else ``$DURABLE_LOG_LEVEL``, else INFO), as text lines or
+    JSON objects (``log_format``, else ``$DURABLE_LOG_FORMAT``); a bad value of either is a
+    :class:`ConfigurationError` naming where it came from."""
+    level, level_from = _chosen(level, "--log-level", LOG_LEVEL_ENV, "INFO")
+    if level.upper() not in LOG_LEVELS:
+        raise ConfigurationError(
+            f"{level_from} {level!r} is not a log level: one of {', '.join(LOG_LEVELS)}"
+        )
+    log_format, format_from = _chosen(log_format, "--log-format", LOG_FORMAT_ENV, "text")
+    if log_format.lower() not in LOG_FORMATS:
+        raise ConfigurationError(
+            f"{format_from} {log_format!r} is not a log format: one of {', '.join(LOG_FORMATS)}"
+        )
     handler = logging.StreamHandler()
-    handler.setFormatter(_WorkerFields("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if log_format.lower() == "json":
+        handler.setFormatter(json_formatter())
+    else:
+        handler.setFormatter(_WorkerFields("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def json_formatter() -> logging.Formatter:
+    """One JSON object a line: ``time``, ``level``, ``logger``, ``message``, and every field
+    the record carries (``worker_id``, ``workflow_id``...), with ``exc_info`` when it has one
+    (python-json-logger, the ``[logs]`` extra)."""
+    try:
+        from pythonjsonlogger.json import JsonFormatter
+    except ModuleNotFoundError:
+        raise ConfigurationError(
+            "JSON logs need python-json-logger, which is not installed: "
+            "pip install 'durable-core[logs]'"
+        ) from None
+    return JsonFormatter(
+        ["asctime", "levelname", "name", "message"],
+        rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+    )
 
 
 def import_app(modules: Sequence[str], bootstrap: str | None) -> Callable[[], Any] | None:
@@ -65,19 +116,22 @@ def import_app(modules: Sequence[str], bootstrap: str | None) -> Callable[[], An
 
 
 @asynccontextmanager
-async def opened_store(url: str | None, embedded_dir: str | None) -> AsyncIterator[Store]:
-    """Open the store for ``url``; with no URL, start the embedded PostgreSQL for it."""
-    url = url or database_url_from_env()
-    embedded: EmbeddedDatabase | None = None
+async def opened_store(
+    url: str | None, embedded_dir: str | None, *, embedded: bool = False
+) -> AsyncIterator[Store]:
+    """Open the store for ``url`` (default: ``$DURABLE_DATABASE_URL``); with no URL, or with
+    ``embedded``, start the embedded PostgreSQL for it."""
+    url = None if embedded else url or database_url_from_env()
+    database: EmbeddedDatabase | None = None
     if url is None:
         data_dir = embedded_dir or os.environ.get(EMBEDDED_DIR_ENV) or None
-        embedded = plugin_manager().hook.durable_embedded_database(data_dir=data_dir)
-        if embedded is None:
+        database = plugin_manager().hook.durable_embedded_database(data_dir=data_dir)
+        if database is None:
             raise ConfigurationError(
                 f"no database URL given ({DATABASE_URL_ENV} is unset) and no embedded database "
                 "is installed: pip install 'durable-core[embedded]' or set a URL"
             )
-        url = await embedded.start()
+        url = await database.start()
         logger.info("no %s set: using the embedded PostgreSQL at %s", DATABASE_URL_ENV, url)
     store = store_from_url(url)
     try:
@@ -87,8 +141,13 @@ async def opened_store(url: str | None, embedded_dir: str | None) -> AsyncIterat
         finally:
             await store.close()
     finally:
-        if embedded is not None:
-            await embedded.stop()
+        if database is not None:
+            await database.stop()
+
+
+def embedded_folder(embedded_dir: str | None) -> str:
+    """Where the embedded PostgreSQL keeps its data, as the user should read it."""
+    return embedded_dir or os.environ.get(EMBEDDED_DIR_ENV) or DEFAULT_EMBEDDED_DIR
 
 
 def json_option(option: str, text: str, kind: type[list[Any]] | type[dict[str, Any]]) -> Any:
@@ -123,7 +182,14 @@ def with_app(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "-a",
         "--app",
         action="append",
-        default=[m for m in os.environ.get(APP_ENV, "").split(",") if m],
-        help=f"module defining workflows (repeatable; default: ${APP_ENV}, comma-separated)",
+        help=f"module defining workflows (repeatable; replaces ${APP_ENV}, which is read "
+        "only without it, comma-separated)",
     )
     return sub
+
+
+def app_modules(args: argparse.Namespace) -> list[str]:
+    """The modules ``--app`` names, or else those of ``$DURABLE_APP`` (never both)."""
+    if args.app:
+        return list(args.app)
+    return [name.strip() for name in os.environ.get(APP_ENV, "").split(",") if name.strip()]

@@ -1,15 +1,27 @@
-"""``durable list``, ``stats``, ``show``, ``retry`` and ``cancel``: read and steer workflows."""
+"""``durable list``, ``stats``, ``show``, ``retry``, ``cancel``, ``send`` and ``fork``: read
+and steer workflows."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..client import DurableClient
+from ..dashboard.present import show_arguments, show_value
+from ..errors import ConfigurationError
 from ..failures import load_error
-from ..records import BacklogRecord, StepTryRecord, WorkflowStatus
+from ..records import (
+    AttemptRecord,
+    BacklogRecord,
+    StepRecord,
+    StepTryRecord,
+    WorkflowRecord,
+    WorkflowStatus,
+)
 from .common import opened_store, with_database
+from .output import iso, printable, when
 
 
 def add_commands(commands: Any) -> None:
@@ -17,7 +29,14 @@ def add_commands(commands: Any) -> None:
     listing = with_database(commands.add_parser("list", help="list workflows, newest first"))
     listing.add_argument("--status", choices=[s.value for s in WorkflowStatus])
     listing.add_argument("--name")
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--queue", help="only the workflows of this queue")
+    listing.add_argument(
+        "--error", metavar="TYPE", help="only those whose error is of TYPE (builtins.ValueError)"
+    )
+    listing.add_argument("--limit", type=int, default=20, help="workflows a page (default: 20)")
+    listing.add_argument(
+        "--before", metavar="ID", help="the page after workflow ID (the cursor a page prints)"
+    )
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(run=_list)
 
@@ -41,23 +60,61 @@ def add_commands(commands: Any) -> None:
     cancel.add_argument("workflow_id")
     cancel.set_defaults(run=_cancel)
 
+    send = with_database(
+        commands.add_parser("send", help="send a message to a workflow's recv(topic)")
+    )
+    send.add_argument("workflow_id")
+    send.add_argument("message", help='the message, in JSON ({"paid": true}, 42, \'"text"\')')
+    send.add_argument("--topic", default="", help="the topic its recv() waits on (default: none)")
+    send.add_argument(
+        "--idempotency-key", help="a repeated send with this key delivers nothing more"
+    )
+    send.set_defaults(run=_send)
+
+    fork = with_database(
+        commands.add_parser("fork", help="start a copy of a workflow that runs again from a step")
+    )
+    fork.add_argument("workflow_id")
+    fork.add_argument(
+        "--from-step",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the copy replays the steps before index N and runs on from N",
+    )
+    fork.set_defaults(run=_fork)
+
 
 async def _list(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         records = await DurableClient(store).list_workflows(
-            status=args.status, name=args.name, limit=args.limit
+            status=args.status,
+            name=args.name,
+            queue=args.queue,
+            error_type=args.error,
+            before=args.before,
+            limit=args.limit + 1 if args.limit >= 1 else args.limit,
         )
+    more = len(records) > args.limit
+    records = records[: args.limit]
+    cursor = records[-1].id if more else None
     if args.json:
         print(json.dumps([_record_json(r) for r in records], indent=2))
+        if cursor is not None:
+            print(f"durable: next page: --before {cursor}", file=sys.stderr)
         return 0
     print(f"{'id':36}  {'status':9}  {'attempts':8}  {'created':19}  name")
     for r in records:
-        created = r.created_at.strftime("%Y-%m-%d %H:%M:%S")
         waiting = f"  (waiting for {r.wait_description})" if r.waiting_for else ""
         print(
-            f"{r.id:36}  {r.status.value:9}  {r.attempts}/{r.max_attempts:<6}  {created}  "
-            f"{r.name}{waiting}"
+            printable(
+                f"{r.id:36}  {r.status.value:9}  {r.attempts}/{r.max_attempts:<6}  "
+                f"{when(r.created_at):19}  {r.name}{waiting}",
+                one_line=True,
+            )
         )
+    if cursor is not None:
+        print(f"next page: --before {cursor}")
     return 0
 
 
@@ -72,8 +129,11 @@ async def _stats(args: argparse.Namespace) -> int:
         return 0
     print(f"{'queue':16}  {'status':8}  {'count':>8}  {'oldest run_at':19}  name")
     for row in rows:
-        oldest = row.oldest.strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{row.queue:16}  {row.status.value:8}  {row.count:>8}  {oldest}  {row.name}")
+        line = (
+            f"{row.queue:16}  {row.status.value:8}  {row.count:>8}  {when(row.oldest):19}  "
+            f"{row.name}"
+        )
+        print(printable(line, one_line=True))
     return 0
 
 
@@ -83,7 +143,7 @@ def _backlog_json(row: BacklogRecord) -> dict[str, Any]:
         "name": row.name,
         "status": row.status.value,
         "count": row.count,
-        "oldest": row.oldest.isoformat(),
+        "oldest": iso(row.oldest),
     }
 
 
@@ -94,12 +154,13 @@ def _record_json(record: Any) -> dict[str, Any]:
         "status": record.status.value,
         "attempts": record.attempts,
         "max_attempts": record.max_attempts,
-        "created_at": record.created_at.isoformat(),
-        "run_at": record.run_at.isoformat(),
-        "completed_at": record.completed_at.isoformat() if record.completed_at else None,
+        "queue": record.queue,
+        "created_at": iso(record.created_at),
+        "run_at": iso(record.run_at),
+        "completed_at": iso(record.completed_at),
         "parent_id": record.parent_id,
         "waiting_for": record.waiting_for,
-        "wake_at": record.wake_at.isoformat() if record.wake_at else None,
+        "wake_at": iso(record.wake_at),
         "input": record.input,
         "output": record.output,
         "error": load_error(record.error),
@@ -122,8 +183,8 @@ async def _show(args: argparse.Namespace) -> int:
             {
                 "attempt": a.attempt,
                 "worker": a.worker,
-                "started_at": a.started_at.isoformat() if a.started_at else None,
-                "ended_at": a.ended_at.isoformat(),
+                "started_at": iso(a.started_at),
+                "ended_at": iso(a.ended_at),
                 "outcome": a.outcome,
                 "error": load_error(a.error),
             }
@@ -142,8 +203,8 @@ async def _show(args: argparse.Namespace) -> int:
                 "failed_tries": [
                     {
                         "try": t.try_number,
-                        "started_at": t.started_at.isoformat(),
-                        "ended_at": t.ended_at.isoformat(),
+                        "started_at": iso(t.started_at),
+                        "ended_at": iso(t.ended_at),
                         "error": load_error(t.error),
                     }
                     for t in tries.get(s.step_index, ())
@@ -153,14 +214,36 @@ async def _show(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(data, indent=2))
         return 0
-    print(f"workflow  {record.id}\nname      {record.name}\nstatus    {record.status.value}")
-    print(f"attempts  {record.attempts}/{record.max_attempts}\ninput     {record.input}")
+    _show_text(record, attempts, steps, tries, traceback=args.traceback)
+    return 0
+
+
+def _show_text(
+    record: WorkflowRecord,
+    attempts: list[AttemptRecord],
+    steps: list[StepRecord],
+    tries: dict[int, list[StepTryRecord]],
+    *,
+    traceback: bool,
+) -> None:
+    """``durable show``'s text: values decoded as the dashboard shows them, and nothing
+    stored reaching the terminal with its control characters."""
+
+    def line(text: str) -> None:
+        print(printable(text, one_line=True))
+
+    line(f"workflow  {record.id}")
+    line(f"name      {record.name}")
+    line(f"status    {record.status.value}")
+    line(f"queue     {record.queue}")
+    line(f"attempts  {record.attempts}/{record.max_attempts}")
+    line(f"input     {show_arguments(record.input)}")
     if record.waiting_for:
-        print(f"waiting   for {record.wait_description}")
+        line(f"waiting   for {record.wait_description}")
     if record.parent_id:
-        print(f"parent    {record.parent_id}")
+        line(f"parent    {record.parent_id}")
     if record.output is not None:
-        print(f"output    {record.output}")
+        line(f"output    {show_value(record.output)}")
     error = load_error(record.error)
     if error:
         where = (
@@ -168,30 +251,29 @@ async def _show(args: argparse.Namespace) -> int:
             if error.get("step_name")
             else ""
         )
-        print(f"error     {error.get('type')}: {error.get('message')}{where}")
-        if args.traceback and error.get("traceback"):
-            print(error["traceback"])
+        line(f"error     {error.get('type')}: {error.get('message')}{where}")
+        if traceback and error.get("traceback"):
+            print(printable(error["traceback"]))
     if attempts:
         print("attempts:")
     for a in attempts:
-        started = a.started_at.strftime("%H:%M:%S") if a.started_at else "?"
         failure = load_error(a.error)
         why = f"  {failure.get('type')}: {failure.get('message')}" if failure else ""
-        print(
-            f"  {a.attempt:>3}  {a.outcome:9}  {started}-{a.ended_at.strftime('%H:%M:%S')}  "
-            f"{a.worker}{why}"
+        line(
+            f"  {a.attempt:>3}  {a.outcome:9}  {when(a.started_at, '%H:%M:%S', '?')}-"
+            f"{when(a.ended_at, '%H:%M:%S', '?')}  {a.worker}{why}"
         )
     print("steps:")
     for s in steps:
-        print(f"  {s.step_index:>3}  {s.status.value:9}  runs={s.attempts}  {s.step_name}")
+        line(f"  {s.step_index:>3}  {s.status.value:9}  runs={s.attempts}  {s.step_name}")
         for t in tries.get(s.step_index, ()):
             failure = load_error(t.error) or {}
             kind, message = failure.get("type"), failure.get("message")
-            print(
-                f"         try {t.try_number:<3}  {t.started_at:%H:%M:%S}-"
-                f"{t.ended_at:%H:%M:%S}  failed  {f'{kind}: ' if kind else ''}{message}"
+            line(
+                f"         try {t.try_number:<3}  {when(t.started_at, '%H:%M:%S', '?')}-"
+                f"{when(t.ended_at, '%H:%M:%S', '?')}  failed  "
+                f"{f'{kind}: ' if kind else ''}{message}"
             )
-    return 0
 
 
 async def _retry(args: argparse.Namespace) -> int:
@@ -205,4 +287,28 @@ async def _cancel(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         await DurableClient(store).cancel(args.workflow_id)
     print(f"workflow {args.workflow_id} cancelled")
+    return 0
+
+
+async def _send(args: argparse.Namespace) -> int:
+    try:
+        message = json.loads(args.message)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"the message is not valid JSON ({exc}): {args.message[:80]!r} "
+            """(a string is given in quotes: '"paid"')"""
+        ) from None
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        await DurableClient(store).send(
+            args.workflow_id, message, topic=args.topic, idempotency_key=args.idempotency_key
+        )
+    topic = f" on topic {args.topic!r}" if args.topic else ""
+    print(printable(f"sent to workflow {args.workflow_id}{topic}", one_line=True))
+    return 0
+
+
+async def _fork(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        handle = await DurableClient(store).fork(args.workflow_id, from_step=args.from_step)
+    print(handle.id)
     return 0

@@ -5,15 +5,32 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..backends import DATABASE_URL_ENV, database_url_from_env
 from ..client import DurableClient
 from ..config import WorkflowConfig
+from ..errors import ConfigurationError
 from ..registry import default_registry
 from ..schema import SCHEMA_VERSION
-from .common import APP_ENV, import_app, json_option, opened_store, with_app, with_database
+from .common import (
+    APP_ENV,
+    app_modules,
+    embedded_folder,
+    import_app,
+    json_option,
+    opened_store,
+    with_app,
+    with_database,
+)
+
+logger = logging.getLogger("durable_core.cli")
+
+METRICS_PORT_ENV = "DURABLE_METRICS_PORT"
+METRICS_HOST_ENV = "DURABLE_METRICS_HOST"
 
 
 def add_commands(commands: Any) -> None:
@@ -21,6 +38,13 @@ def add_commands(commands: Any) -> None:
     worker = with_app(with_database(commands.add_parser("worker", help="claim and run workflows")))
     worker.add_argument("--bootstrap", help="module:function to call once before claiming")
     worker.add_argument("--concurrency", type=int, help="overrides WORKFLOW_CONCURRENCY")
+    worker.add_argument(
+        "--drain-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="after SIGTERM, how long to wait for in-flight workflows before leaving them to "
+        "their lease expiry (overrides WORKFLOW_DRAIN_TIMEOUT_SECS, default 30)",
+    )
     worker.add_argument("--worker-id", help="default: host:pid:random")
     worker.add_argument(
         "--queue",
@@ -29,6 +53,22 @@ def add_commands(commands: Any) -> None:
         help="a queue to serve (repeatable); default: every queue the app declares",
     )
     worker.add_argument("--migrate", action="store_true", help="apply the schema first")
+    worker.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        help=f"serve Prometheus metrics on http://HOST:PORT/metrics (the [metrics] extra; "
+        f"default: ${METRICS_PORT_ENV}, else none)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help=f"the address metrics listen on (default: ${METRICS_HOST_ENV}, else 0.0.0.0)",
+    )
+    worker.add_argument(
+        "--embedded",
+        action="store_true",
+        help="run on the embedded PostgreSQL (local use; without it the worker needs a URL)",
+    )
     worker.set_defaults(run=_worker)
 
     start = with_app(with_database(commands.add_parser("start", help="start a workflow")))
@@ -70,36 +110,104 @@ def add_commands(commands: Any) -> None:
 async def _worker(args: argparse.Namespace) -> int:
     from ..worker import WorkflowWorker
 
-    bootstrap = import_app(args.app, args.bootstrap)
+    apps = app_modules(args)
+    if not apps:
+        raise ConfigurationError(
+            f"durable worker needs --app MODULE, the module defining your workflows "
+            f"(repeatable; or ${APP_ENV}=a,b)"
+        )
+    _check_database(args)
+    bootstrap = import_app(apps, args.bootstrap)
     if bootstrap is not None:
         result = bootstrap()
         if inspect.isawaitable(result):
             await result
     default_registry.assert_no_duplicates()
-    config = worker_config(args.concurrency)
-    async with opened_store(args.database_url, args.embedded_dir) as store:
+    if not default_registry.names():
+        raise ConfigurationError(
+            f"{', '.join(apps)} registered no workflow: name the modules whose "
+            "@workflow functions the worker runs"
+        )
+    config = worker_config(args.concurrency, drain_timeout=args.drain_timeout).validate()
+    metrics = _metrics_address(args)
+    url = None if args.embedded else args.database_url
+    async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store:
         if args.migrate:
             await store.apply_schema()
         worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
-        await worker.run(handle_signals=True)
-    return 1 if worker.abandoned else 0
+        if metrics is None:
+            await worker.run(handle_signals=True)
+        else:
+            from ..metrics import metrics_endpoint
+
+            async with metrics_endpoint(*metrics, store=store):
+                await worker.run(handle_signals=True)
+    if worker.abandoned:
+        args.exit_now = True  # not after the threads of steps that never end: see main()
+        return 1
+    return 0
+
+
+def _metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """Where ``--metrics-port`` (or ``$DURABLE_METRICS_PORT``) asks for metrics, if it does;
+    checked before the database is opened."""
+    port: str | None = args.metrics_port
+    source = "--metrics-port"
+    if port is None:
+        port, source = os.environ.get(METRICS_PORT_ENV, "").strip() or None, f"${METRICS_PORT_ENV}"
+    if port is None:
+        return None
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigurationError(f"{source} {port!r} is not a port number (0 to 65535)")
+    host = args.metrics_host or os.environ.get(METRICS_HOST_ENV, "").strip() or "0.0.0.0"
+    import durable_core.metrics  # noqa: F401 -- a missing [metrics] extra is named now
+
+    return host, number
+
+
+def _check_database(args: argparse.Namespace) -> None:
+    """A worker runs on the database it is given, or on the embedded one only when asked
+    (``--embedded``, which it says first thing)."""
+    if args.embedded:
+        if args.database_url:
+            raise ConfigurationError("give --database-url or --embedded, not both")
+        logger.warning(
+            "durable worker --embedded: running on the embedded PostgreSQL in %s%s",
+            embedded_folder(args.embedded_dir),
+            f" (not ${DATABASE_URL_ENV})" if database_url_from_env() else "",
+        )
+    elif not (args.database_url or database_url_from_env()):
+        raise ConfigurationError(
+            f"durable worker needs a database: --database-url or ${DATABASE_URL_ENV} "
+            "(--embedded runs it on the embedded PostgreSQL, for local use)"
+        )
 
 
 def worker_config(
-    concurrency: int | None, environ: Mapping[str, str] | None = None
+    concurrency: int | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    drain_timeout: float | None = None,
 ) -> WorkflowConfig:
     """The ``WORKFLOW_*`` settings of ``environ`` (default: the process's), with
-    ``--concurrency`` in place of ``WORKFLOW_CONCURRENCY`` when given."""
+    ``--concurrency`` and ``--drain-timeout`` in place of ``WORKFLOW_CONCURRENCY`` and
+    ``WORKFLOW_DRAIN_TIMEOUT_SECS`` when given."""
     config = WorkflowConfig.from_env(environ)
     if concurrency is not None:
         config = dataclasses.replace(config, concurrency=concurrency)
+    if drain_timeout is not None:
+        config = dataclasses.replace(config, drain_timeout_secs=drain_timeout)
     return config
 
 
 async def _start(args: argparse.Namespace) -> int:
     positional = json_option("--args", args.args, list)
     keywords = json_option("--kwargs", args.kwargs, dict)
-    import_app(args.app, None)
+    import_app(app_modules(args), None)
     definition = default_registry.get(args.name, importer=f"--app (or ${APP_ENV})")
     async with opened_store(args.database_url, args.embedded_dir) as store:
         client = DurableClient(store)
@@ -135,9 +243,13 @@ def _alembic(args: argparse.Namespace) -> int:
 
 
 async def _dashboard(args: argparse.Namespace) -> int:
-    from ..dashboard.serve import check_serving, serve
+    from ..dashboard.serve import check_serving, listening_socket, serve
 
     check_serving(args.host, args.token)
-    async with opened_store(args.database_url, args.embedded_dir) as store:
-        await serve(store, host=args.host, port=args.port, token=args.token)
+    sock = listening_socket(args.host, args.port, "the dashboard")  # before the database
+    try:
+        async with opened_store(args.database_url, args.embedded_dir) as store:
+            await serve(store, host=args.host, port=args.port, token=args.token, sock=sock)
+    finally:
+        sock.close()
     return 0

@@ -10,7 +10,16 @@ from typing import Any
 from ..client import DurableClient
 from ..registry import default_registry
 from ..schedules import Schedule, ScheduleRecord
-from .common import APP_ENV, import_app, json_option, opened_store, with_app, with_database
+from .common import (
+    APP_ENV,
+    app_modules,
+    import_app,
+    json_option,
+    opened_store,
+    with_app,
+    with_database,
+)
+from .output import iso, printable, when
 
 
 def add_commands(commands: Any) -> None:
@@ -29,7 +38,7 @@ def add_commands(commands: Any) -> None:
     async def add(args: argparse.Namespace, client: DurableClient) -> str:
         positional = json_option("--args", args.args, list)
         keywords = json_option("--kwargs", args.kwargs, dict)
-        import_app(args.app, None)
+        import_app(app_modules(args), None)
         definition = default_registry.get(args.workflow, importer=f"--app (or ${APP_ENV})")
         spec = Schedule(
             args.cron,
@@ -40,7 +49,8 @@ def add_commands(commands: Any) -> None:
             queue=args.queue,
         )
         row = await client.add_schedule(args.name, definition, spec)
-        return f"schedule {row.name}: next tick {row.next_tick.isoformat()}"
+        tick = iso(row.next_tick) or "never"
+        return printable(f"schedule {row.name}: next tick {tick}", one_line=True)
 
     async def listing(args: argparse.Namespace, client: DurableClient) -> str:
         rows = await client.list_schedules()
@@ -49,23 +59,25 @@ def add_commands(commands: Any) -> None:
         lines = [f"{'name':24}  {'state':7}  {'next tick (UTC)':19}  {'cron':16}  workflow"]
         for row in rows:
             state = "paused" if row.paused else "active"
-            tick = row.next_tick.strftime("%Y-%m-%d %H:%M:%S")
             cron = f"{row.cron} {row.timezone}" if row.timezone != "UTC" else row.cron
-            lines.append(f"{row.name:24}  {state:7}  {tick:19}  {cron:16}  {row.workflow_name}")
+            tick = when(row.next_tick)
+            line = f"{row.name:24}  {state:7}  {tick:19}  {cron:16}  {row.workflow_name}"
+            lines.append(printable(line, one_line=True))
         return "\n".join(lines)
 
     async def pause(args: argparse.Namespace, client: DurableClient) -> str:
         await client.pause_schedule(args.name)
-        return f"schedule {args.name} paused"
+        return printable(f"schedule {args.name} paused", one_line=True)
 
     async def resume(args: argparse.Namespace, client: DurableClient) -> str:
         await client.resume_schedule(args.name)
         row = await client.get_schedule(args.name)
-        return f"schedule {args.name} resumed: next tick {row.next_tick.isoformat()}"
+        tick = iso(row.next_tick) or "never"
+        return printable(f"schedule {args.name} resumed: next tick {tick}", one_line=True)
 
     async def delete(args: argparse.Namespace, client: DurableClient) -> str:
         await client.delete_schedule(args.name)
-        return f"schedule {args.name} deleted"
+        return printable(f"schedule {args.name} deleted", one_line=True)
 
     adding = with_app(with_database(actions.add_parser("add", help="add a schedule")))
     adding.add_argument("name", help="the schedule's name")
@@ -104,6 +116,6 @@ def _schedule_json(row: ScheduleRecord) -> dict[str, Any]:
         "queue": row.queue,
         "paused": row.paused,
         "catch_up": row.catch_up,
-        "next_tick": row.next_tick.isoformat(),
-        "last_tick": row.last_tick.isoformat() if row.last_tick else None,
+        "next_tick": iso(row.next_tick),
+        "last_tick": iso(row.last_tick),
     }

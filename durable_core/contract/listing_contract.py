@@ -11,6 +11,7 @@ import pytest
 
 from ..client import DurableClient
 from ..errors import StatsNotSupportedError
+from ..failures import dump_error
 from ..records import WorkflowRecord, WorkflowStatus
 from ..store import Store, WorkflowStats
 from .support import new_workflow, unique_name
@@ -100,6 +101,38 @@ class ListingContract:
             await durable_store.list_workflows(queue=queue, limit=1, before=mine[2].id)
         ) == [mine[1].id]
         assert await durable_store.list_workflows(queue=queue + "-none") == []
+
+    async def test_list_filters_by_error_type(self, durable_store: Store) -> None:
+        name = unique_name("errors")
+        rows = [new_workflow(name, max_attempts=1) for _ in range(4)]
+        await durable_store.enqueue(rows)
+        kinds = ["app_errors.Over_100%", "builtins.ValueError", "app_errors.Over_100%", None]
+        for row, kind in zip(rows, kinds, strict=True):
+            claimed = await durable_store.acquire(row.id, worker_id="w", lease_seconds=30)
+            assert claimed is not None
+            if kind is None:
+                await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+                continue
+            error = dump_error({"type": kind, "message": f"{kind} here", "traceback": None})
+            await durable_store.settle(claimed.lease, WorkflowStatus.FAILED, error=error)
+
+        async def listed(error_type: str, **more: object) -> list[str]:
+            found = await durable_store.list_workflows(name=name, error_type=error_type, **more)  # type: ignore[arg-type]
+            return _ids(found)
+
+        over = [rows[2].id, rows[0].id]
+        assert sorted(await listed("app_errors.Over_100%")) == sorted(over)
+        assert await listed("builtins.ValueError") == [rows[1].id]
+        # LIKE's wildcards in the name are plain characters: nothing else matches.
+        assert await listed("app_errors.Over%") == []
+        assert await listed("app_errors.Over_1000") == []
+        assert await listed("builtins") == []
+        first = (await durable_store.list_workflows(name=name, limit=1, error_type=kinds[0]))[0]
+        assert await listed("app_errors.Over_100%", before=first.id) == [
+            i for i in over if i != first.id
+        ]
+        failed = WorkflowStatus.FAILED
+        assert await listed("builtins.ValueError", status=failed) == [rows[1].id]
 
     async def test_steps_say_when_they_began_and_ended(self, durable_store: Store) -> None:
         row = new_workflow()

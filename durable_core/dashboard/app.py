@@ -16,7 +16,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -70,6 +76,7 @@ def create_app(
             ),
             Route("/queues", guard(dashboard.queues), name="queues"),
             Route("/queues/data", guard(dashboard.queue_data), name="queue_data"),
+            Route("/metrics", guard(dashboard.metrics), name="metrics"),
             Route("/login", dashboard.login, methods=["GET", "POST"], name="login"),
             Mount(
                 "/static",
@@ -99,6 +106,8 @@ class _Dashboard:
         self.token = token
         self.refresh = refresh
         self.monitor = Monitor(client)
+        self.store_metrics: Any = None
+        """The ``/metrics`` reader (a ``metrics.StoreMetrics``), made at the first scrape."""
         env = Environment(
             loader=PackageLoader("durable_core.dashboard", "templates"),
             autoescape=select_autoescape(default=True),
@@ -255,6 +264,19 @@ class _Dashboard:
         """The charts' samples as JSON (a new sample is taken when the last is old)."""
         await self.monitor.sample()
         return JSONResponse(self.monitor.series())
+
+    async def metrics(self, request: Request) -> Response:
+        """The store's figures for Prometheus (the ``[metrics]`` extra): the backlog by
+        queue, workflow and status, the oldest pending workflow's age, and the attempts
+        that ended by queue and outcome, read at each scrape."""
+        try:
+            from ..metrics import CONTENT_TYPE, StoreMetrics, store_exposition
+        except ConfigurationError as exc:
+            return PlainTextResponse(str(exc), status_code=501)
+        if self.store_metrics is None:
+            self.store_metrics = StoreMetrics(self.client, ended=True)
+        body = await store_exposition(self.store_metrics)
+        return Response(body, headers={"content-type": CONTENT_TYPE})
 
 
 async def _form(request: Request) -> dict[str, str]:

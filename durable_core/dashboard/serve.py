@@ -6,9 +6,11 @@ command can say which extra is missing.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import ipaddress
 import logging
+import socket
 
 from ..errors import ConfigurationError
 from ..store import Store
@@ -43,15 +45,44 @@ def check_serving(host: str, token: str | None) -> None:
         )
 
 
-async def serve(store: Store, *, host: str, port: int, token: str | None) -> None:
-    """Serve the dashboard over ``store`` until interrupted."""
+def listening_socket(host: str, port: int, what: str) -> socket.socket:
+    """A socket listening on ``host:port``; :class:`ConfigurationError` in one line when
+    it cannot be had (the port is taken, the host is not this machine's)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, UnicodeError) as exc:
+        raise ConfigurationError(f"cannot serve {what} on {host}:{port}: {exc}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not past a listener
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = "the port is taken" if exc.errno == errno.EADDRINUSE else exc.strerror or exc
+        raise ConfigurationError(f"cannot serve {what} on {host}:{port}: {why}") from None
+    return sock
+
+
+async def serve(
+    store: Store, *, host: str, port: int, token: str | None, sock: socket.socket | None = None
+) -> None:
+    """Serve the dashboard over ``store`` until interrupted, on ``sock`` if given (else a
+    socket it opens on ``host:port``); its URL is logged once it listens (a taken port is
+    a :class:`ConfigurationError` first)."""
     check_serving(host, token)
     import uvicorn
 
     from .app import create_app
 
+    sock = sock or listening_socket(host, port, "the dashboard")
     config = uvicorn.Config(
         create_app(store, token=token), host=host, port=port, log_level="warning"
     )
     logger.info("dashboard of %s on http://%s:%s/", store.description, host, port)
-    await uvicorn.Server(config).serve()
+    try:
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()

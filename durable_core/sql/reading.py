@@ -23,8 +23,9 @@ from .rows import (
     step_try_from_row,
     workflow_status,
 )
+from .statements import error_type_pattern
 
-_LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name"}
+_LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name", "error_type": "error_like"}
 """The parameter of each ``list_workflows`` filter whose name is a column's."""
 
 
@@ -47,9 +48,11 @@ class ReadOperations(SQLStoreBase):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
+        error_type: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally filtered (see ``Store.list_workflows``)."""
         given = {
+            "error_type": None if error_type is None else error_type_pattern(error_type),
             "status": None if status is None else status.value,
             "name": name,
             "queue": queue,

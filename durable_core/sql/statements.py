@@ -182,6 +182,18 @@ def record_tries(step: sa.FromClause, *where: sa.ColumnElement[bool]) -> sa.Inse
     return tr.insert().from_select(list(values), sa.select(*values.values()).where(failed, *where))
 
 
+LIKE_ESCAPE = "/"
+
+
+def error_type_pattern(error_type: str) -> str:
+    """The ``LIKE`` pattern of an ``error`` column recording an error of ``error_type``: it
+    begins ``{"type": "<error_type>",`` (``failures.dump_error`` writes the type first)."""
+    start = '{"type": ' + json.dumps(error_type, ensure_ascii=False) + ","
+    for special in (LIKE_ESCAPE, "%", "_"):
+        start = start.replace(special, LIKE_ESCAPE + special)
+    return start + "%"
+
+
 def _after_cursor() -> list[sa.ColumnElement[bool]]:
     """Listed after the row ``before`` (newest first): an older row, or as old and a
     smaller id. The first condition alone is the index range; the second settles ties."""
@@ -202,6 +214,7 @@ _LIST_FILTERS: dict[str, Callable[[], list[sa.ColumnElement[bool]]]] = {
     "created_after": lambda: [wf.c.created_at >= param("created_after", UTCDateTime())],
     "created_before": lambda: [wf.c.created_at < param("created_before", UTCDateTime())],
     "before": _after_cursor,
+    "error_type": lambda: [wf.c.error.like(param("error_like"), escape=LIKE_ESCAPE)],
 }
 """How each filter of ``list_workflows`` is written; the parameter is the filter's value."""
 
@@ -451,8 +464,8 @@ class Statements:
 
     def list_workflows(self, filters: frozenset[str]) -> sa.Select[Any]:
         """The newest workflows first, filtered by the parameters named in ``filters``:
-        ``status``, ``name``, ``queue``, ``parent_id``, ``created_after``, ``created_before`` and
-        ``before`` (the id of the row the page continues after)."""
+        ``status``, ``name``, ``queue``, ``parent_id``, ``created_after``, ``created_before``,
+        ``error_type`` and ``before`` (the id of the row the page continues after)."""
         query = self._lists.get(filters)
         if query is None:
             query = (

@@ -101,6 +101,24 @@ async def hang_on_first_attempt(n: int) -> int:
     return n
 
 
+@workflow_step
+async def about_to_block() -> None:
+    await record("block")
+
+
+@workflow_step
+def block_forever() -> None:
+    """A plain def step that never returns: its worker thread cannot be cancelled."""
+    while True:
+        time.sleep(0.05)
+
+
+@workflow
+async def never_ending() -> None:
+    await about_to_block()
+    await block_forever()
+
+
 @workflow
 async def killed_mid_step(n: int) -> int:
     a = await first(n)

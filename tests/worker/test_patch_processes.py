@@ -17,7 +17,7 @@ async def test_instances_of_version_1_and_2_both_complete_after_the_deploy(
     pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
 ) -> None:
     client = DurableClient(pg)
-    v1_worker = workers.start(DURABLE_APP="tests.worker.checkout_v1")
+    v1_worker = workers.start("--app", "tests.worker.checkout_v1")
     # The rows name the workflow only, so version 1's definition starts both kinds.
     old = await client.start_workflows(checkout_v1.checkout, [(100, 4.0)] * 3)
     old_ids = [h.id for h in old]
@@ -32,7 +32,7 @@ async def test_instances_of_version_1_and_2_both_complete_after_the_deploy(
     v1_worker.send_signal(signal.SIGTERM)  # the deploy: stop the old code gracefully
     assert v1_worker.wait(timeout=30) == 0, workers.log(v1_worker)
 
-    workers.start(DURABLE_APP="tests.worker.checkout_v2")
+    workers.start("--app", "tests.worker.checkout_v2")
     new = await client.start_workflows(checkout_v1.checkout, [(100, 0.5)] * 2)
     for handle in [*old, *new]:
         assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED

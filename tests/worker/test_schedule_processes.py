@@ -21,7 +21,7 @@ NAME = "every-second"
 async def test_three_workers_start_one_workflow_per_tick_until_paused(
     pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
 ) -> None:
-    procs = [workers.start(DURABLE_APP="tests.worker.scheduled_app") for _ in range(3)]
+    procs = [workers.start("--app", "tests.worker.scheduled_app") for _ in range(3)]
 
     async def all_started() -> bool:
         return all("started: concurrency" in workers.log(proc) for proc in procs)
@@ -82,7 +82,7 @@ async def test_a_schedule_keeps_one_workflow_per_tick_across_a_sigkilled_worker(
 ) -> None:
     """A worker SIGKILLed while ticks are firing loses none and doubles none: firing a tick
     is one transaction (the next tick and the workflow), so the survivor fires every tick."""
-    procs = [workers.start(DURABLE_APP="tests.worker.scheduled_app") for _ in range(2)]
+    procs = [workers.start("--app", "tests.worker.scheduled_app") for _ in range(2)]
 
     async def all_started() -> bool:
         return all("started: concurrency" in workers.log(proc) for proc in procs)

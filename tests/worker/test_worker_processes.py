@@ -234,3 +234,21 @@ async def test_a_second_signal_abandons_in_flight_work_to_be_reclaimed(
     workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
     assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
     assert (await handle.info()).attempts == 2
+
+
+async def test_the_sigterm_drain_ends_at_the_drain_timeout_leaving_the_rest_to_the_lease(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    handle = await DurableClient(pg).start_workflow(app.never_ending)
+    proc = workers.start("--drain-timeout", "0.5", WORKFLOW_CONCURRENCY=1)
+
+    await step_ran(sql, "block", what="the worker to begin the step that never ends")
+    proc.send_signal(signal.SIGTERM)
+    # The step never ends: that the process exits at all is the drain's bound.
+    assert proc.wait(timeout=60) == 1
+    log = workers.log(proc)
+    assert "finishing 1 in-flight workflows within 0.5s" in log
+    assert "the drain timeout (0.5s) passed: abandoning 1 in-flight workflows" in log
+    info = await handle.info()
+    assert info.status is WorkflowStatus.RUNNING, "left to its lease's expiry"
+    assert info.locked_by is not None and f":{proc.pid}:" in info.locked_by

@@ -215,3 +215,32 @@ def durable_worker_started(worker_id: str, concurrency: int) -> None:
 @hookimpl
 def durable_worker_stopping(worker_id: str, in_flight: int) -> None:
     _record("worker_stopping", worker_id=worker_id, in_flight=in_flight)
+
+
+@hookimpl
+def durable_attempt_unsettled(
+    worker_id: str, workflow_id: str, attempts: int, max_attempts: int, error: BaseException
+) -> None:
+    _record(
+        "attempt_unsettled",
+        worker_id=worker_id,
+        workflow_id=workflow_id,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        error=error,
+    )
+
+
+@hookimpl
+def durable_message_sent(workflow_id: str, topic: str) -> None:
+    _record("message_sent", workflow_id=workflow_id, topic=topic)
+
+
+@hookimpl
+def durable_claim_finished(worker_id: str, claimed: int, limit: int) -> None:
+    _record("claim_finished", worker_id=worker_id, claimed=claimed, limit=limit)
+
+
+@hookimpl
+def durable_group_commit_flushed(writes: int, steps: int, settlements: int) -> None:
+    _record("group_commit_flushed", writes=writes, steps=steps, settlements=settlements)
