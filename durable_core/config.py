@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from collections.abc import Mapping
@@ -10,8 +9,9 @@ from dataclasses import dataclass
 
 from .durations import MAX_SECONDS
 from .errors import ConfigurationError
+from .redaction import get_logger
 
-logger = logging.getLogger("durable_core.config")
+logger = get_logger("durable_core.config")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,18 +7,18 @@ schedule methods; :func:`save_declared` writes the schedules declared with
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .coltypes import utcnow
 from .errors import ScheduleConflictError, ScheduleNotFoundError
+from .redaction import get_logger
 from .registry import Registry, Workflow, as_workflow, check_arguments
 from .schedules import Cron, Schedule, ScheduleRecord, check_name
 from .serialization import encode_arguments
 from .store import Store
 
-logger = logging.getLogger("durable_core.scheduler")
+logger = get_logger("durable_core.scheduler")
 
 
 def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule) -> ScheduleRecord:

@@ -14,7 +14,6 @@ starts exactly one workflow however many workers run.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from datetime import datetime
 
@@ -24,11 +23,12 @@ from .coltypes import utcnow
 from .config import WorkflowConfig
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from .records import DEFAULT_QUEUE, NewWorkflow
+from .redaction import get_logger
 from .registry import Registry
 from .schedules import ScheduleRecord, plan, tick_workflow_id
 from .store import ScheduleFeed, Store
 
-logger = logging.getLogger("durable_core.scheduler")
+logger = get_logger("durable_core.scheduler")
 
 SCHEDULE_HEADER = "durable-schedule"
 TICK_HEADER = "durable-schedule-tick"

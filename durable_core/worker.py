@@ -8,7 +8,6 @@ reclaims them (``attempts`` goes up), so nothing is lost either way.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -26,12 +25,13 @@ from .group_commit import group_commit
 from .hooks import observers
 from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
+from .redaction import get_logger
 from .registry import Registry, default_registry
 from .schedule_admin import save_declared
 from .scheduler import Scheduler
 from .store import CancelFeed, Claimer, Store
 
-logger = logging.getLogger("durable_core.worker")
+logger = get_logger("durable_core.worker")
 
 _MAX_CLAIM_BACKOFF = 5.0
 

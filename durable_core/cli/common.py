@@ -15,12 +15,13 @@ from typing import Any
 from ..backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
 from ..errors import ConfigurationError
 from ..hooks import plugin_manager
+from ..redaction import REDACTING, get_logger
 from ..store import EmbeddedDatabase, Store
 
 EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"
 APP_ENV = "DURABLE_APP"
 
-logger = logging.getLogger("durable_core.cli")
+logger = get_logger("durable_core.cli")
 
 
 class _WorkerFields(logging.Formatter):
@@ -36,6 +37,7 @@ class _WorkerFields(logging.Formatter):
 
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(REDACTING)  # every record, the libraries' too
     handler.setFormatter(_WorkerFields("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -21,10 +21,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..backends import redact
 from ..client import DurableClient
 from ..errors import ConfigurationError, FrameworkError, WorkflowNotFoundError
 from ..records import WorkflowStatus
+from ..redaction import redact
 from ..store import Store
 from . import present
 from .monitor import Monitor

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
-import logging
 
 from ..errors import ConfigurationError
+from ..redaction import get_logger
 from ..store import Store
 
-logger = logging.getLogger("durable_core.dashboard")
+logger = get_logger("durable_core.dashboard")
 
 EXTRA = ("starlette", "uvicorn", "jinja2")
 """The modules the ``[dashboard]`` extra installs."""
