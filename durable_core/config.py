@@ -145,4 +145,11 @@ def _read(env: Mapping[str, str], setting: _Setting) -> int:
     return value
 
 
-__all__ = ["SETTINGS", "WorkflowConfig"]
+def default_max_attempts() -> int:
+    """The attempt budget of a workflow that sets none: ``WORKFLOW_MAX_ATTEMPTS``, or 3."""
+    if "WORKFLOW_MAX_ATTEMPTS" in os.environ:
+        return WorkflowConfig.from_env().max_attempts
+    return WorkflowConfig().max_attempts
+
+
+__all__ = ["SETTINGS", "WorkflowConfig", "default_max_attempts"]

@@ -18,6 +18,7 @@ from .errors import (
 )
 from .failures import load_error, recorded_exception
 from .journal import body_context, wait
+from .oncall import why_pending
 from .records import (
     AttemptRecord,
     StepRecord,
@@ -139,6 +140,9 @@ class WorkflowHandle(Generic[R]):
                     await anyio.sleep(poll_seconds)
         except TimeoutError:
             state = f"it was last seen {last[0].value}" if last else "its status never came back"
+            if last and last[0] is WorkflowStatus.PENDING:
+                hint = await why_pending(self.store, self.id)
+                state += f": {hint}" if hint else ""
             raise WaitTimeoutError(
                 f"Timed out after {deadline_seconds}s waiting for workflow {self.id}; {state}. "
                 "The workflow was not cancelled: check handle.status() later."

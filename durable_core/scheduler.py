@@ -140,23 +140,38 @@ class Scheduler:
 
     def _workflow(self, schedule: ScheduleRecord, tick: datetime) -> NewWorkflow:
         """The workflow a tick starts: its headers name the schedule and the tick."""
-        max_attempts, timeout, queue = self.config.max_attempts, None, DEFAULT_QUEUE
-        try:
-            definition = self.registry.get(schedule.workflow_name)
-        except UnknownWorkflowError:
-            pass  # another worker may run it: start it with this worker's defaults
-        else:
-            max_attempts = definition.max_attempts or max_attempts
-            timeout, queue = definition.timeout, definition.queue
-        return NewWorkflow(
-            id=tick_workflow_id(schedule.name, tick),
-            name=schedule.workflow_name,
-            input=schedule.input,
-            max_attempts=max_attempts,
-            timeout_seconds=timeout,
-            queue=schedule.queue or queue,
-            headers={SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
-        )
+        return tick_workflow(schedule, tick, self.registry, max_attempts=self.config.max_attempts)
 
     def _fields(self, **more: str) -> dict[str, str]:
         return {"worker_id": self.worker_id, **more}
+
+
+def tick_workflow(
+    schedule: ScheduleRecord,
+    tick: datetime,
+    registry: Registry,
+    *,
+    max_attempts: int,
+    queue: str = DEFAULT_QUEUE,
+) -> NewWorkflow:
+    """The workflow ``schedule``'s tick ``tick`` starts, its headers naming the schedule and
+    the tick: with its definition's attempt budget, timeout and queue when ``registry``
+    knows it, else with ``max_attempts`` and ``queue`` (another worker may run it); the
+    schedule's own queue wins."""
+    timeout = None
+    try:
+        definition = registry.get(schedule.workflow_name)
+    except UnknownWorkflowError:
+        pass
+    else:
+        max_attempts = definition.max_attempts or max_attempts
+        timeout, queue = definition.timeout, definition.queue
+    return NewWorkflow(
+        id=tick_workflow_id(schedule.name, tick),
+        name=schedule.workflow_name,
+        input=schedule.input,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout,
+        queue=schedule.queue or queue,
+        headers={SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
+    )

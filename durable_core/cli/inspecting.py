@@ -8,6 +8,7 @@ from typing import Any
 
 from ..client import DurableClient
 from ..failures import load_error
+from ..operators import unserved
 from ..records import BacklogRecord, StepTryRecord, WorkflowStatus
 from .common import opened_store, with_database
 
@@ -63,9 +64,12 @@ async def _list(args: argparse.Namespace) -> int:
 
 async def _stats(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        rows = await DurableClient(store).backlog()
+        client = DurableClient(store)
+        rows = await client.backlog()
+        missing = unserved(rows, await client.workers()) if client.has_workers else []
+    lost = {(m.queue, m.name) for m in missing}
     if args.json:
-        print(json.dumps([_backlog_json(row) for row in rows], indent=2))
+        print(json.dumps([_backlog_json(row, lost) for row in rows], indent=2))
         return 0
     if not rows:
         print("nothing pending, running or waiting")
@@ -74,16 +78,19 @@ async def _stats(args: argparse.Namespace) -> int:
     for row in rows:
         oldest = row.oldest.strftime("%Y-%m-%d %H:%M:%S")
         print(f"{row.queue:16}  {row.status.value:8}  {row.count:>8}  {oldest}  {row.name}")
+    for m in missing:
+        print(f"{m.message}: {m.pending} pending since {m.oldest:%Y-%m-%d %H:%M:%S}")
     return 0
 
 
-def _backlog_json(row: BacklogRecord) -> dict[str, Any]:
+def _backlog_json(row: BacklogRecord, unserved: set[tuple[str, str]]) -> dict[str, Any]:
     return {
         "queue": row.queue,
         "name": row.name,
         "status": row.status.value,
         "count": row.count,
         "oldest": row.oldest.isoformat(),
+        "unserved": row.status is WorkflowStatus.PENDING and (row.queue, row.name) in unserved,
     }
 
 

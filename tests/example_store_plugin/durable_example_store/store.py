@@ -70,6 +70,7 @@ class ExampleStore:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         before: str | None = None,
+        error_type: str | None = None,
     ) -> list[WorkflowRecord]:
         return await self._inner.list_workflows(
             status=status,
@@ -80,6 +81,7 @@ class ExampleStore:
             created_after=created_after,
             created_before=created_before,
             before=before,
+            error_type=error_type,
         )
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
