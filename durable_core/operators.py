@@ -25,7 +25,8 @@ class WorkflowFilter:
     creation times bound as :meth:`~durable_core.client.DurableClient.list_workflows` does.
     """
 
-    status: WorkflowStatus | None = None
+    status: WorkflowStatus | str | None = None
+    """A :class:`WorkflowStatus` or its value (kept as the status)."""
     name: str | None = None
     queue: str | None = None
     error_type: str | None = None
@@ -33,6 +34,14 @@ class WorkflowFilter:
     created_before: datetime | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.status, str) and not isinstance(self.status, WorkflowStatus):
+            try:
+                object.__setattr__(self, "status", WorkflowStatus(self.status))
+            except ValueError:
+                choices = ", ".join(s.value for s in WorkflowStatus)
+                raise ConfigurationError(
+                    f"unknown status {self.status!r}; one of {choices}"
+                ) from None
         for what in ("created_after", "created_before"):
             moment = getattr(self, what)
             if moment is not None and moment.tzinfo is None:

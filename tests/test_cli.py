@@ -389,6 +389,14 @@ async def test_stats_counts_what_is_left_by_queue_name_and_status(
     ]
 
 
+def test_dashboard_on_every_interface_needs_the_names_it_is_reached_by() -> None:
+    refused = durable("dashboard", "--host", "0.0.0.0", "--token", "t0ken")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--allowed-host" in refused.stderr
+    bad = durable("dashboard", "--token", "t0ken", "--allowed-host", "a.*.example.com")
+    assert bad.returncode == 2 and "'*.example.com'" in bad.stderr, bad.stderr
+
+
 def test_worker_concurrency_option_keeps_every_other_setting() -> None:
     environ = {"WORKFLOW_GROUP_COMMIT": "0", "WORKFLOW_STEP_ROW_AFTER_MS": "5"}
     config = worker_config(3, environ)

@@ -64,6 +64,22 @@ def add_commands(commands: Any) -> None:
         help="needed to open it; required on any host but loopback "
         "(default: $DURABLE_DASHBOARD_TOKEN)",
     )
+    dashboard.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        default=[h for h in os.environ.get("DURABLE_DASHBOARD_ALLOWED_HOSTS", "").split(",") if h],
+        help="a Host name it answers besides this machine's and --host (repeatable; "
+        "*.example.com patterns; '*' any; needed with --host 0.0.0.0; default: "
+        "$DURABLE_DASHBOARD_ALLOWED_HOSTS, comma-separated)",
+    )
+    dashboard.add_argument(
+        "--forwarded-allow-ips",
+        default=os.environ.get("DURABLE_DASHBOARD_FORWARDED_ALLOW_IPS") or None,
+        metavar="IPS",
+        help="trust X-Forwarded-Proto/-For from these proxy addresses (comma-separated; "
+        "default: $DURABLE_DASHBOARD_FORWARDED_ALLOW_IPS; unset: trust none)",
+    )
     dashboard.set_defaults(run=_dashboard)
 
 
@@ -137,7 +153,14 @@ def _alembic(args: argparse.Namespace) -> int:
 async def _dashboard(args: argparse.Namespace) -> int:
     from ..dashboard.serve import check_serving, serve
 
-    check_serving(args.host, args.token)
+    check_serving(args.host, args.token, args.allowed_host)
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        await serve(store, host=args.host, port=args.port, token=args.token)
+        await serve(
+            store,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            allowed_hosts=args.allowed_host,
+            forwarded_allow_ips=args.forwarded_allow_ips,
+        )
     return 0

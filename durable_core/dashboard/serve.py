@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+from collections.abc import Sequence
 
 from ..errors import ConfigurationError
 from ..redaction import get_logger
@@ -15,7 +16,7 @@ from ..store import Store
 
 logger = get_logger("durable_core.dashboard")
 
-EXTRA = ("starlette", "uvicorn", "jinja2")
+EXTRA = ("starlette", "uvicorn", "jinja2", "itsdangerous")
 """The modules the ``[dashboard]`` extra installs."""
 
 
@@ -29,8 +30,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_serving(host: str, token: str | None) -> None:
-    """Refuse to serve without the extra, or beyond this machine without a token."""
+def check_serving(host: str, token: str | None, allowed: Sequence[str] = ()) -> list[str]:
+    """Refuse to serve without the extra, beyond this machine without a token, or on every
+    interface without the names it is reached by; return the ``Host`` names it answers."""
     missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigurationError(
@@ -41,17 +43,45 @@ def check_serving(host: str, token: str | None) -> None:
             f"the dashboard listens on {host}, beyond this machine: give it a --token "
             "(or $DURABLE_DASHBOARD_TOKEN), which every page and action will need"
         )
+    from .security import allowed_hosts
+
+    return allowed_hosts(host, allowed)
 
 
-async def serve(store: Store, *, host: str, port: int, token: str | None) -> None:
-    """Serve the dashboard over ``store`` until interrupted."""
-    check_serving(host, token)
+async def serve(
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    allowed_hosts: Sequence[str] = (),
+    forwarded_allow_ips: str | None = None,
+) -> None:
+    """Serve the dashboard over ``store`` until interrupted.
+
+    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are honoured only from the proxies
+    ``forwarded_allow_ips`` names (uvicorn's setting: addresses, networks, or ``*``);
+    without it, never.
+    """
+    hosts = check_serving(host, token, allowed_hosts)
     import uvicorn
 
     from .app import create_app
 
     config = uvicorn.Config(
-        create_app(store, token=token), host=host, port=port, log_level="warning"
+        create_app(store, token=token, allowed_hosts=hosts),
+        host=host,
+        port=port,
+        log_level="warning",
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips or "",
+        server_header=False,
     )
-    logger.info("dashboard of %s on http://%s:%s/", store.description, host, port)
+    logger.info(
+        "dashboard of %s on http://%s:%s/ (hosts: %s)",
+        store.description,
+        host,
+        port,
+        ", ".join(hosts),
+    )
     await uvicorn.Server(config).serve()
