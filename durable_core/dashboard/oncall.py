@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 WINDOWS = (("last hour", timedelta(hours=1)), ("last day", timedelta(days=1)))
 """The windows the activity table covers."""
+FAILURES_SINCE = timedelta(days=1)
+"""The failures page counts the workflows created this recently, unless told otherwise."""
 GONE_WITHIN = timedelta(hours=1)
 """Workers gone this recently are listed too, as gone."""
 RECENT_RUNS = 5
@@ -77,11 +79,16 @@ class OnCallPages:
     """Renders a template with the dashboard's common context."""
 
     async def failures(self, request: Request) -> Response:
-        """The workflows that recorded an error, counted by error type and name (failed ones
-        by default), each group linked to its list and its bulk actions."""
-        query = request.query_params
+        """The workflows that recorded an error, counted by error type and name (by default
+        the failed ones created in the last day), each group linked to its list and its
+        bulk actions."""
+        query: Mapping[str, str] = request.query_params
         if "status" not in query:
-            query = {**query, "status": WorkflowStatus.FAILED.value}  # type: ignore[assignment]
+            query = {**query, "status": WorkflowStatus.FAILED.value}
+        if "created_after" not in query:
+            # Each error's text is read to find its type: by default, only the last day's.
+            since = datetime.now(UTC) - FAILURES_SINCE
+            query = {**query, "created_after": f"{since:%Y-%m-%dT%H:%M:%S}"}
         where = filter_of(query)
         groups = await self.client.error_counts(where) if self.client.has_queries else []
         base = {k: query.get(k, "") for k in BULK_FILTERS if query.get(k)}
