@@ -686,18 +686,15 @@ class OperatorStatements:
     ) -> sa.Select[Any]:
         """The ids the filters cover, of ``statuses``, in id order after the id ``after``
         (``""``: from the first), ``limit`` of them; locked for update with ``lock``."""
-        query = self._cached(
-            "ids",
-            filters,
-            statuses,
-            lambda: (
-                sa.select(wf.c.id)
-                .where(wf.c.id > param("after"))
-                .order_by(wf.c.id)
-                .limit(param("limit", sa.Integer()))
-            ),
+        select = (
+            sa.select(wf.c.id)
+            .where(wf.c.id > param("after"))
+            .order_by(wf.c.id)
+            .limit(param("limit", sa.Integer()))
         )
-        return query.with_for_update() if lock else query
+        if lock:
+            return self._cached("locked ids", filters, statuses, select.with_for_update)
+        return self._cached("ids", filters, statuses, lambda: select)
 
     def error_counts(self, filters: frozenset[str]) -> sa.Select[Any]:
         """The workflows the filters cover that recorded an error, counted by name and error
