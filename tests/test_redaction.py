@@ -79,7 +79,7 @@ PG_FORMS = [
 ]
 
 
-@pytest.mark.parametrize("url", PG_FORMS)
+@pytest.mark.parametrize("url", PG_FORMS, ids=["userinfo", "encoded", "query", "sslpassword"])
 async def test_a_postgres_store_describes_and_fails_without_the_password(
     url: str, postgres_url: str
 ) -> None:
