@@ -83,14 +83,14 @@ async def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backlog_json(row: BacklogRecord, unserved: set[tuple[str, str]]) -> dict[str, Any]:
+def _backlog_json(row: BacklogRecord, lost: set[tuple[str, str]]) -> dict[str, Any]:
     return {
         "queue": row.queue,
         "name": row.name,
         "status": row.status.value,
         "count": row.count,
         "oldest": row.oldest.isoformat(),
-        "unserved": row.status is WorkflowStatus.PENDING and (row.queue, row.name) in unserved,
+        "unserved": row.status is WorkflowStatus.PENDING and (row.queue, row.name) in lost,
     }
 
 
