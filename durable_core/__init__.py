@@ -60,6 +60,7 @@ from .errors import (
 from .executor import Executor
 from .handle import WorkflowHandle
 from .hooks import hookimpl, register_observer, unregister_observer
+from .operators import WorkflowFilter
 from .patching import deprecate_patch, patched
 from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
@@ -122,6 +123,7 @@ __all__ = [
     "WorkflowConflictError",
     "WorkflowContext",
     "WorkflowFailedError",
+    "WorkflowFilter",
     "WorkflowHandle",
     "WorkflowNotFinishedError",
     "WorkflowNotFoundError",

@@ -17,7 +17,6 @@ import dataclasses
 import enum
 import functools
 import json
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +35,7 @@ from .group_commit import GroupCommit
 from .hooks import message_sent, observers
 from .journal import Call, Journal, derived_id
 from .records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
+from .redaction import get_logger
 from .retry import RetryPolicy
 from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
@@ -67,7 +67,7 @@ class Ending(enum.Enum):
     heard only through the refusal)."""
 
 
-logger = logging.getLogger("durable_core.worker")
+logger = get_logger("durable_core.worker")
 
 T = TypeVar("T")
 

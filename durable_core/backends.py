@@ -13,16 +13,12 @@ import re
 
 from .errors import ConfigurationError, InvalidDatabaseURLError
 from .hooks import broken_plugins, plugin_manager
+from .redaction import redact
 from .store import Store
 
 DATABASE_URL_ENV = "DURABLE_DATABASE_URL"
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ``***``."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def driver_installed(module: str) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import os
 import secrets
 import time
 import uuid
@@ -25,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from . import durations
-from .config import WorkflowConfig
+from .config import default_max_attempts
 from .context import WorkflowContext, body_context, body_effect
 from .errors import (
     ConfigurationError,
@@ -34,6 +33,7 @@ from .errors import (
 )
 from .handle import WorkflowHandle
 from .hooks import message_sent, observers, workflow_headers
+from .oncall import OnCallMethods
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
     FOREVER,
@@ -115,21 +115,17 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(fn)
 
 
-def _default_max_attempts() -> int:
-    if "WORKFLOW_MAX_ATTEMPTS" in os.environ:
-        return WorkflowConfig.from_env().max_attempts
-    return WorkflowConfig().max_attempts
-
-
 def _with_headers(row: NewWorkflow) -> NewWorkflow:
     """``row`` with the headers observers add to it (a trace context); its own win."""
     added = workflow_headers(row.id, row.name)
     return replace(row, headers={**added, **(row.headers or {})}) if added else row
 
 
-class DurableClient(ScheduleMethods):
+class DurableClient(ScheduleMethods, OnCallMethods):
     """Starts workflows on one store and hands out handles to them; adds, lists, pauses,
-    resumes and deletes schedules (:class:`~durable_core.schedule_admin.ScheduleMethods`)."""
+    resumes, triggers and deletes schedules (:class:`~durable_core.schedule_admin.ScheduleMethods`);
+    counts, groups, retries and cancels many workflows at once and lists the live workers
+    (:class:`~durable_core.oncall.OnCallMethods`)."""
 
     def __init__(
         self,
@@ -218,7 +214,7 @@ class DurableClient(ScheduleMethods):
             id=workflow_id or new_workflow_id(),
             name=definition.name,
             input=payload,
-            max_attempts=definition.max_attempts or self.max_attempts or _default_max_attempts(),
+            max_attempts=definition.max_attempts or self.max_attempts or default_max_attempts(),
             delay_seconds=delay_seconds,
             timeout_seconds=self.timeout if self.timeout is not None else definition.timeout,
             queue=self.queue or definition.queue,
@@ -350,9 +346,9 @@ class DurableClient(ScheduleMethods):
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally only those with ``status`` (a
         :class:`WorkflowStatus` or its value), the workflow name ``name``, in ``queue``,
-        of the parent ``parent_id``, created at or after ``created_after`` and before
-        ``created_before`` (aware datetimes), whose recorded error is of ``error_type``
-        (its dotted name, ``builtins.ValueError``). Pages: pass the id of a page's last
+        of the parent ``parent_id``, whose recorded error is of type ``error_type``
+        (``builtins.ConnectionError``), created at or after ``created_after`` and before
+        ``created_before`` (aware datetimes). Pages: pass the id of a page's last
         workflow as ``before`` to get the next page."""
         if isinstance(status, str) and not isinstance(status, WorkflowStatus):
             try:

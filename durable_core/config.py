@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from collections.abc import Mapping
@@ -10,8 +9,9 @@ from dataclasses import dataclass
 
 from .durations import MAX_SECONDS
 from .errors import ConfigurationError
+from .redaction import get_logger
 
-logger = logging.getLogger("durable_core.config")
+logger = get_logger("durable_core.config")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,4 +149,11 @@ def _read(env: Mapping[str, str], setting: _Setting) -> int:
     return value
 
 
-__all__ = ["SETTINGS", "WorkflowConfig"]
+def default_max_attempts() -> int:
+    """The attempt budget of a workflow that sets none: ``WORKFLOW_MAX_ATTEMPTS``, or 3."""
+    if "WORKFLOW_MAX_ATTEMPTS" in os.environ:
+        return WorkflowConfig.from_env().max_attempts
+    return WorkflowConfig().max_attempts
+
+
+__all__ = ["SETTINGS", "WorkflowConfig", "default_max_attempts"]

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from .redaction import redact
+
 
 class FrameworkError(Exception):
     """Root of every error raised by durable-core and its backends.
 
     ``retryable`` tells the executor whether running the workflow again could
     succeed; errors that would fail the same way every time settle the row as
-    ``failed`` at once instead of spending the attempt budget.
+    ``failed`` at once instead of spending the attempt budget. Its message never
+    holds a credential (:func:`~durable_core.redaction.redact`).
     """
 
     retryable: bool = True
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigurationError(FrameworkError):

@@ -18,6 +18,7 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .failures import load_error, recorded_exception
+from .oncall import why_pending
 from .records import AttemptRecord, StepRecord, StepTryRecord, WorkflowRecord, WorkflowStatus
 from .serialization import convert, decode
 from .store import Store
@@ -132,6 +133,9 @@ class WorkflowHandle(Generic[R]):
                     await anyio.sleep(poll_seconds)
         except TimeoutError:
             state = f"it was last seen {last[0].value}" if last else "its status never came back"
+            if last and last[0] is WorkflowStatus.PENDING:
+                hint = await why_pending(self.store, self.id)
+                state += f": {hint}" if hint else ""
             raise WaitTimeoutError(
                 f"Timed out after {deadline_seconds}s waiting for workflow {self.id}; {state}. "
                 "The workflow was not cancelled: check handle.status() later."

@@ -10,7 +10,6 @@ where a worker is involved, ``worker_id``, ``attempts`` and ``max_attempts``.
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -18,6 +17,7 @@ from typing import Any, cast
 
 import pluggy
 
+from .redaction import get_logger
 from .store import EmbeddedDatabase, Store
 
 PROJECT = "durable_core"
@@ -28,7 +28,7 @@ BLOCK_ENV = "DURABLE_BLOCK_PLUGINS"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-logger = logging.getLogger("durable_core.hooks")
+logger = get_logger("durable_core.hooks")
 
 
 class StoreSpec:

@@ -18,7 +18,6 @@ Only this module and :mod:`durable_core.dashboard.app` import ``prometheus_clien
 from __future__ import annotations
 
 import errno
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -32,6 +31,7 @@ from .client import DurableClient
 from .errors import ConfigurationError, FrameworkError
 from .hooks import hookimpl, plugin_manager
 from .records import BacklogRecord, WorkflowStatus
+from .redaction import get_logger
 from .store import Store
 
 try:
@@ -51,7 +51,7 @@ except ModuleNotFoundError as exc:
         "pip install 'durable-core[metrics]'"
     ) from None
 
-logger = logging.getLogger("durable_core.metrics")
+logger = get_logger("durable_core.metrics")
 
 PLUGIN_NAME = "durable_core.metrics"
 """The name :func:`instrument` registers its observer under."""

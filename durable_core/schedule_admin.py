@@ -8,19 +8,23 @@ schedule methods; :func:`save_declared` writes the schedules declared with
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .coltypes import utcnow
+from .config import default_max_attempts
 from .context import body_effect
 from .errors import ScheduleConflictError, ScheduleNotFoundError
-from .registry import Registry, Workflow, as_workflow, check_arguments
+from .handle import WorkflowHandle
+from .records import DEFAULT_QUEUE, NewWorkflow
+from .redaction import get_logger
+from .registry import Registry, Workflow, as_workflow, check_arguments, default_registry
+from .scheduler import tick_workflow
 from .schedules import Cron, Schedule, ScheduleRecord, check_name
 from .serialization import encode_arguments
-from .store import Store
+from .store import Store, WorkerRegistry
 
-logger = logging.getLogger("durable_core.scheduler")
+logger = get_logger("durable_core.scheduler")
 
 
 def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule) -> ScheduleRecord:
@@ -80,6 +84,9 @@ class ScheduleMethods:
     """The schedule methods of :class:`~durable_core.client.DurableClient`."""
 
     store: Store
+
+    _write: Callable[[list[NewWorkflow]], Awaitable[None]]
+    """Enqueues new rows as the client's starts do (observers, headers)."""
 
     async def add_schedule(
         self,
@@ -143,6 +150,28 @@ class ScheduleMethods:
 
         if not json.loads(await body_effect("durable.schedule.resume", [name], resume)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+
+    async def trigger_schedule(self, name: str) -> WorkflowHandle[Any]:
+        """Start the workflow of schedule ``name`` now, as a tick would (paused or not; its
+        next tick stays as it is). It takes its definition's options when this process
+        registered the workflow; else the queue a live worker serves it from (the first by
+        name), the schedule's own queue winning either way."""
+        found = await self.get_schedule(name)
+        queue = DEFAULT_QUEUE
+        if isinstance(self.store, WorkerRegistry):
+            served = sorted(
+                q
+                for worker in await self.store.list_workers()
+                if found.workflow_name in worker.names
+                for q in worker.queues
+            )
+            queue = served[0] if served else queue
+        row = tick_workflow(
+            found, utcnow(), default_registry, max_attempts=default_max_attempts(), queue=queue
+        )
+        await self._write([row])
+        logger.info("schedule %s: triggered workflow %s (%s)", name, row.id, row.name)
+        return WorkflowHandle(self.store, row.id, row.name)
 
     async def delete_schedule(self, name: str) -> None:
         """Delete the schedule ``name``; the workflows it started are left as they are."""

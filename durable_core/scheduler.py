@@ -14,7 +14,6 @@ starts exactly one workflow however many workers run.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from datetime import datetime
 
@@ -25,11 +24,12 @@ from .config import WorkflowConfig
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from .hooks import observers, workflow_headers
 from .records import DEFAULT_QUEUE, NewWorkflow
+from .redaction import get_logger
 from .registry import Registry
 from .schedules import SCHEDULE_HEADER, TICK_HEADER, ScheduleRecord, plan, tick_workflow_id
 from .store import ScheduleFeed, Store
 
-logger = logging.getLogger("durable_core.scheduler")
+logger = get_logger("durable_core.scheduler")
 
 _MIN_WAIT = 0.01
 """Seconds between two looks at a tick that is due but was not fired (lost to a pause)."""
@@ -139,27 +139,41 @@ class Scheduler:
         return len(rows)
 
     def _workflow(self, schedule: ScheduleRecord, tick: datetime) -> NewWorkflow:
-        """The workflow a tick starts: its headers name the schedule and the tick (beside
-        those observers add: a trace context)."""
-        max_attempts, timeout, queue = self.config.max_attempts, None, DEFAULT_QUEUE
-        try:
-            definition = self.registry.get(schedule.workflow_name)
-        except UnknownWorkflowError:
-            pass  # another worker may run it: start it with this worker's defaults
-        else:
-            max_attempts = definition.max_attempts or max_attempts
-            timeout, queue = definition.timeout, definition.queue
-        workflow_id = tick_workflow_id(schedule.name, tick)
-        headers = workflow_headers(workflow_id, schedule.workflow_name)
-        return NewWorkflow(
-            id=workflow_id,
-            name=schedule.workflow_name,
-            input=schedule.input,
-            max_attempts=max_attempts,
-            timeout_seconds=timeout,
-            queue=schedule.queue or queue,
-            headers={**headers, SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
-        )
+        """The workflow a tick starts: its headers name the schedule and the tick."""
+        return tick_workflow(schedule, tick, self.registry, max_attempts=self.config.max_attempts)
 
     def _fields(self, **more: str) -> dict[str, str]:
         return {"worker_id": self.worker_id, **more}
+
+
+def tick_workflow(
+    schedule: ScheduleRecord,
+    tick: datetime,
+    registry: Registry,
+    *,
+    max_attempts: int,
+    queue: str = DEFAULT_QUEUE,
+) -> NewWorkflow:
+    """The workflow ``schedule``'s tick ``tick`` starts, its headers naming the schedule and
+    the tick (beside those observers add: a trace context): with its definition's attempt
+    budget, timeout and queue when ``registry`` knows it, else with ``max_attempts`` and
+    ``queue`` (another worker may run it); the schedule's own queue wins."""
+    timeout = None
+    try:
+        definition = registry.get(schedule.workflow_name)
+    except UnknownWorkflowError:
+        pass
+    else:
+        max_attempts = definition.max_attempts or max_attempts
+        timeout, queue = definition.timeout, definition.queue
+    workflow_id = tick_workflow_id(schedule.name, tick)
+    headers = workflow_headers(workflow_id, schedule.workflow_name)
+    return NewWorkflow(
+        id=workflow_id,
+        name=schedule.workflow_name,
+        input=schedule.input,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout,
+        queue=schedule.queue or queue,
+        headers={**headers, SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
+    )

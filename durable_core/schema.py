@@ -61,6 +61,7 @@ workflow_events = metadata.tables["workflow_events"]
 workflow_attempts = metadata.tables["workflow_attempts"]
 workflow_schedules = metadata.tables["workflow_schedules"]
 workflow_step_tries = metadata.tables["workflow_step_tries"]
+workflow_workers = metadata.tables["workflow_workers"]
 
 
 WORKFLOW_TABLES = ", ".join(
@@ -89,5 +90,6 @@ __all__ = [
     "workflow_schedules",
     "workflow_step_tries",
     "workflow_steps",
+    "workflow_workers",
     "workflows",
 ]

@@ -281,6 +281,29 @@ def _v5() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v6() -> list[ops.MigrateOperation]:
+    return [
+        # Each live worker's row, refreshed every heartbeat interval: who it is, what it
+        # serves and how busy it is. A row whose expires_at has passed is a dead worker's.
+        _table(
+            "workflow_workers",
+            sa.Column("worker_id", sa.String(255), primary_key=True),
+            sa.Column("host", sa.String(255), nullable=False),
+            sa.Column("pid", sa.Integer, nullable=False),
+            sa.Column("concurrency", sa.Integer, nullable=False),
+            sa.Column("queues", json_text(), nullable=False),
+            sa.Column("names", json_text(), nullable=False),
+            sa.Column("in_flight", sa.Integer, nullable=False, server_default=sa.text("0")),
+            sa.Column("started_at", UTCDateTime(), nullable=False),
+            sa.Column("heartbeat_at", UTCDateTime(), nullable=False),
+            sa.Column("expires_at", UTCDateTime(), nullable=False),
+        ),
+        _index("ix_workflow_workers_expires_at", "workflow_workers", "expires_at"),
+        # What ended in the last hour or day, per queue and outcome (the dashboard's activity).
+        _index("ix_workflows_completed_at", "workflows", "completed_at", "queue", "status"),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -293,6 +316,9 @@ VERSIONS: tuple[SchemaVersion, ...] = (
         "durable_schema_v5",
         "concurrent bodies: step paths; every failed try of a step",
         _v5,
+    ),
+    SchemaVersion(
+        6, "durable_schema_v6", "operators: live workers; what ended when, per queue", _v6
     ),
 )
 

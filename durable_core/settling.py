@@ -8,15 +8,15 @@ writes what that end needs through the attempt and reports it.
 from __future__ import annotations
 
 import contextlib
-import logging
 
 from .attempt import Attempt, Ending
 from .errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
 from .failures import dump_error, error_record
 from .hooks import observers
 from .records import WorkflowStatus
+from .redaction import get_logger
 
-logger = logging.getLogger("durable_core.worker")
+logger = get_logger("durable_core.worker")
 
 
 def claimed(attempt: Attempt) -> None:

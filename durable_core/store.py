@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from .operators import Activity, ErrorCount, WorkerRecord, WorkflowFilter
 from .queues import Route
 from .records import (
     AttemptRecord,
@@ -184,12 +185,13 @@ class Store(StepWriter, Protocol):
     ) -> list[WorkflowRecord]:
         """The newest workflows first (by ``created_at``, then id), optionally filtered:
         ``queue`` lists a queue's workflows, ``parent_id`` a workflow's children,
+        ``error_type`` those whose recorded error is of that type (``builtins.KeyError``),
         ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
         creation time, ``error_type`` keeps those whose recorded error is of that type
         (its dotted name, ``builtins.ValueError``). ``before`` is a page
         cursor: only workflows listed after the workflow with that id (none when no
-        such id exists). Every filter but ``error_type`` is answered from an index, a
-        page at a time; ``error_type`` is checked on the rows the others lead to."""
+        such id exists). Every filter but ``error_type`` is answered from an index, a page
+        at a time."""
         ...
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
@@ -405,4 +407,68 @@ class EmbeddedDatabase(Protocol):
 
     async def stop(self) -> None:
         """Stop the server if this process started it."""
+        ...
+
+
+@runtime_checkable
+class WorkerRegistry(Protocol):
+    """A store where each worker keeps a row while it lives (schema version 6), so that
+    operators see who works and which pending work nobody serves."""
+
+    async def beat_worker(self, worker: WorkerRecord, ttl_seconds: float) -> None:
+        """Write ``worker``'s row (insert or replace), live until ``ttl_seconds`` from now."""
+        ...
+
+    async def leave_worker(self, worker_id: str) -> None:
+        """Mark the worker gone now (a clean stop)."""
+        ...
+
+    async def list_workers(self, *, gone_within_seconds: float = 0.0) -> list[WorkerRecord]:
+        """The live workers, and those gone within the last ``gone_within_seconds``, by id."""
+        ...
+
+
+@runtime_checkable
+class OperatorQueries(Protocol):
+    """A store that answers an operator's questions about many workflows at once: counts,
+    failures grouped by error type, bulk retries, activity over a window, steps by page."""
+
+    async def count_workflows(
+        self, where: WorkflowFilter, *, statuses: Sequence[WorkflowStatus] | None = None
+    ) -> int:
+        """How many workflows ``where`` covers (of ``statuses`` only, when given)."""
+        ...
+
+    async def workflow_ids(
+        self,
+        where: WorkflowFilter,
+        *,
+        statuses: Sequence[WorkflowStatus] | None = None,
+        after: str = "",
+        limit: int = 500,
+    ) -> list[str]:
+        """The ids ``where`` covers (of ``statuses`` only), in id order after ``after``."""
+        ...
+
+    async def retry_workflows(
+        self, where: WorkflowFilter, *, after: str = "", limit: int = 500
+    ) -> list[str]:
+        """Retry the next ``limit`` failed or cancelled workflows ``where`` covers, in id order
+        after ``after``, in one transaction; the ids retried."""
+        ...
+
+    async def error_counts(self, where: WorkflowFilter, *, limit: int = 50) -> list[ErrorCount]:
+        """The workflows ``where`` covers that recorded an error, counted by name and error
+        type, the most frequent first."""
+        ...
+
+    async def activity(self, window_seconds: float) -> list[Activity]:
+        """Per queue, over the last ``window_seconds``: workflows created, how soon they
+        started, and workflows ended, by outcome."""
+        ...
+
+    async def load_steps_page(
+        self, workflow_id: str, *, first: int, limit: int
+    ) -> list[StepRecord]:
+        """The steps of a workflow from index ``first`` on, at most ``limit``, by index."""
         ...

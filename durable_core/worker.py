@@ -9,7 +9,6 @@ reclaims them (``attempts`` goes up), so nothing is lost either way.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -21,19 +20,22 @@ from collections.abc import Sequence
 import anyio
 from anyio.abc import TaskGroup
 
+from .coltypes import utcnow
 from .config import WorkflowConfig
 from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
 from .executor import Executor
 from .group_commit import group_commit
 from .hooks import observers
+from .operators import WorkerRecord
 from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
+from .redaction import get_logger
 from .registry import Registry, default_registry
 from .schedule_admin import save_declared
 from .scheduler import Scheduler
-from .store import CancelFeed, Claimer, Store
+from .store import CancelFeed, Claimer, Store, WorkerRegistry
 
-logger = logging.getLogger("durable_core.worker")
+logger = get_logger("durable_core.worker")
 
 _MAX_CLAIM_BACKOFF = 5.0
 
@@ -80,6 +82,7 @@ class WorkflowWorker:
         self.scheduler = Scheduler(store, self.config, self.registry, worker_id=self.worker_id)
         """Starts the workflows of due schedule ticks while the worker claims."""
         self._scheduling = anyio.CancelScope()
+        self._started_at = utcnow()
 
     @property
     def in_flight(self) -> int:
@@ -151,6 +154,7 @@ class WorkflowWorker:
         )
 
     async def _run(self, claimer: Claimer, handle_signals: bool) -> None:
+        self._started_at = utcnow()
         logger.info(
             "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows, "
             "queues %s, on %s",
@@ -173,6 +177,7 @@ class WorkflowWorker:
             # One task renews every in-flight lease (cancelled with ``outer`` once the
             # workflows have settled), instead of a heartbeat task per workflow.
             outer.start_soon(self.executor.keep_leases)
+            outer.start_soon(self._keep_registered)
             if self.group is not None:
                 outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
@@ -189,6 +194,51 @@ class WorkflowWorker:
                     worker_id=self.worker_id, in_flight=self._in_flight
                 )
             outer.cancel_scope.cancel()
+        await self._leave()
+
+    def record(self) -> WorkerRecord:
+        """This worker's row in the registry, as of now."""
+        return WorkerRecord(
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            concurrency=self.config.concurrency,
+            queues=tuple(queue.name for queue in self.served()),
+            names=tuple(self.registry.names()),
+            in_flight=self._in_flight,
+            started_at=self._started_at,
+            heartbeat_at=self._started_at,
+            expires_at=self._started_at,
+        )
+
+    async def _keep_registered(self) -> None:
+        """Refresh this worker's row every heartbeat interval, on a store that keeps one: it
+        stays live a lock timeout after each refresh."""
+        if not isinstance(self.store, WorkerRegistry):
+            return
+        while True:
+            try:
+                await self.store.beat_worker(self.record(), self.config.lock_timeout_secs)
+            except FrameworkError as exc:
+                logger.warning(
+                    "could not refresh this worker's row: %s",
+                    exc,
+                    extra={"worker_id": self.worker_id},
+                )
+            await anyio.sleep(self.config.heartbeat_interval)
+
+    async def _leave(self) -> None:
+        """Mark this worker gone in the registry (else its row expires a lock timeout after
+        its last refresh)."""
+        if not isinstance(self.store, WorkerRegistry):
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            try:
+                await self.store.leave_worker(self.worker_id)
+            except FrameworkError as exc:
+                logger.warning(
+                    "could not mark this worker gone: %s", exc, extra={"worker_id": self.worker_id}
+                )
 
     async def _schedule(self) -> None:
         self._scheduling = anyio.CancelScope()

@@ -36,6 +36,14 @@ class MySQLDialect(SQLDialect):
         assert isinstance(insert, mysql.Insert)
         return insert.on_duplicate_key_update({keys[0].name: insert.inserted[keys[0].name]})
 
+    def before_quote(self, text: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        return sa.func.substring_index(text, sa.literal('"'), 1)
+
+    def seconds_between(
+        self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]
+    ) -> sa.ColumnElement[Any]:
+        return sa.func.timestampdiff(sa.literal_column("MICROSECOND"), start, end) / 1e6
+
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         # MySQL commits each DDL statement on its own, so a transaction cannot keep

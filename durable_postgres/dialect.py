@@ -102,6 +102,14 @@ class PostgresDialect(SQLDialect):
     def announce_schedules(self, statement: sa.Insert | sa.Update) -> sa.Executable:
         return statement.returning(sa.func.pg_notify(const(SCHEDULE_CHANNEL), const("")))
 
+    def before_quote(self, text: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        return sa.func.split_part(text, sa.literal('"'), 1)
+
+    def seconds_between(
+        self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]
+    ) -> sa.ColumnElement[Any]:
+        return sa.extract("epoch", end - start)
+
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         # Released when the upgrade's transaction ends.

@@ -8,13 +8,14 @@ nobody listened are gone.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 import anyio
 import asyncpg
 
-logger = logging.getLogger("durable_postgres")
+from durable_core.redaction import get_logger
+
+logger = get_logger("durable_postgres")
 
 _BACKOFF_MIN = 0.1
 _BACKOFF_MAX = 5.0

@@ -152,7 +152,7 @@ class PostgresStore(SQLStore):
             self.connector, dialect, description=description, statements=PostgresStatements(dialect)
         )
         self._listener = (
-            Listener(self._listen_connection, CHANNEL, description)
+            Listener(self._listen_connection, CHANNEL, self.description)
             if (listen_in_url if listen is None else listen)
             else None
         )

@@ -374,15 +374,28 @@ async def test_stats_counts_what_is_left_by_queue_name_and_status(
     shown = durable("stats", "--database-url", url)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()[1:]
-    assert [line.split()[:3] + line.split()[-1:] for line in lines] == [
+    assert [line.split()[:3] + line.split()[-1:] for line in lines[:2]] == [
         ["default", "pending", "2", hello.name],
         ["reports", "pending", "1", hello.name],
     ]
-    as_json = json.loads(durable("stats", "--json", "--database-url", url).stdout)
-    assert [(r["queue"], r["status"], r["count"]) for r in as_json] == [
-        ("default", "pending", 2),
-        ("reports", "pending", 1),
+    # No worker runs on this database: stats say so for each pending name.
+    assert [line.split(" since ")[0] for line in lines[2:]] == [
+        f"no live worker serves {hello.name} (queue default): 2 pending",
+        f"no live worker serves {hello.name} (queue reports): 1 pending",
     ]
+    as_json = json.loads(durable("stats", "--json", "--database-url", url).stdout)
+    assert [(r["queue"], r["status"], r["count"], r["unserved"]) for r in as_json] == [
+        ("default", "pending", 2, True),
+        ("reports", "pending", 1, True),
+    ]
+
+
+def test_dashboard_on_every_interface_needs_the_names_it_is_reached_by() -> None:
+    refused = durable("dashboard", "--host", "0.0.0.0", "--token", "t0ken")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--allowed-host" in refused.stderr
+    bad = durable("dashboard", "--token", "t0ken", "--allowed-host", "a.*.example.com")
+    assert bad.returncode == 2 and "'*.example.com'" in bad.stderr, bad.stderr
 
 
 def test_worker_concurrency_option_keeps_every_other_setting() -> None:

@@ -4,6 +4,7 @@ PostgreSQL database, whose workflows a real runner ran; each action is checked i
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import socket
@@ -15,7 +16,9 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from selenium import webdriver
@@ -25,9 +28,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
+from starlette.middleware.sessions import SessionMiddleware
 
 from durable_core import (
     DurableClient,
+    Schedule,
     WorkflowConfig,
     WorkflowStatus,
     recv,
@@ -37,6 +42,7 @@ from durable_core import (
 )
 from durable_core.dashboard.serve import check_serving
 from durable_core.errors import ConfigurationError
+from durable_core.operators import WorkerRecord, WorkflowFilter
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
 from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_database
@@ -110,6 +116,36 @@ async def inbox() -> str:
 async def batch(orders: list[str]) -> list[object]:
     children = [await start_workflow(checkout, order, 100) for order in orders]
     return [await child.output() for child in children]
+
+
+class InvalidOrder(ValueError):
+    pass
+
+
+@workflow_step
+async def check(order: str) -> str:
+    if order.startswith("bad"):
+        raise InvalidOrder(f"order {order} has no lines")
+    if order.startswith("gone"):
+        raise KeyError(order)
+    return order
+
+
+@workflow(max_attempts=1)
+async def validate(order: str) -> str:
+    return await check(order)
+
+
+@workflow_step
+async def count_to(n: int) -> int:
+    return n
+
+
+@workflow
+async def long_run(n: int) -> int:
+    for i in range(n):
+        await count_to(i)
+    return n
 
 
 @dataclass
@@ -226,6 +262,12 @@ def _wait_for(driver: WebDriver, css: str, text: str | None = None) -> None:
         wait.until(expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
 
 
+def _accept(driver: WebDriver) -> None:
+    """Accept the confirmation the click asked for."""
+    WebDriverWait(driver, 5).until(expected_conditions.alert_is_present())
+    driver.switch_to.alert.accept()
+
+
 def _listed(driver: WebDriver) -> list[str]:
     # Read in one go: a live refresh may replace the rows between two element lookups.
     script = "return [...document.querySelectorAll('tr.row')].map(row => row.dataset.id)"
@@ -301,9 +343,14 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     assert_png(WORKFLOW_SCREENSHOT)
     driver.set_window_size(1280, 860)
 
-    # Retry puts it back to pending; a runner then finishes it.
+    # Retry asks first: dismissed, nothing changes; accepted, it is pending again.
     driver.find_element(By.ID, "retry").click()
-    _wait_for(driver, "#notice", "retried")
+    WebDriverWait(driver, 5).until(expected_conditions.alert_is_present())
+    driver.switch_to.alert.dismiss()
+    assert (await client.get(seeded.failed)).status is WorkflowStatus.FAILED
+    driver.find_element(By.ID, "retry").click()
+    _accept(driver)
+    _wait_for(driver, "#notice", "Retried")
     after = await client.get(seeded.failed)
     assert after.status is WorkflowStatus.PENDING and after.attempts == 0
     BROKEN.clear()
@@ -318,8 +365,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     driver.get(f"{base}/workflows/{seeded.waiting}")
     assert "a message on topic 'go'" in driver.find_element(By.ID, "waiting").text
     driver.find_element(By.ID, "cancel").click()
-    WebDriverWait(driver, 5).until(expected_conditions.alert_is_present())
-    driver.switch_to.alert.accept()
+    _accept(driver)
     _wait_for(driver, "#status", "cancelled")
     assert (await client.get(seeded.waiting)).status is WorkflowStatus.CANCELLED
     driver.get(base + "/?status=cancelled")
@@ -337,6 +383,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     # Run again from a step: a new workflow whose step cache holds the steps before it.
     driver.get(f"{base}/workflows/{seeded.succeeded[0]}")
     driver.find_elements(By.CSS_SELECTOR, "form.fork button")[1].click()
+    _accept(driver)
     _wait_for(driver, "#notice", "runs again from step 1")
     fork_id = driver.current_url.rsplit("/", 1)[-1].split("?")[0]
     fork = await client.get(fork_id)
@@ -365,6 +412,196 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     assert shown["billing"][0] == 1
     legend = driver.find_element(By.CSS_SELECTOR, "#backlog-chart").text
     assert "billing" in legend and "default" in legend
+
+    await _on_call(seeded, driver, base)
+
+
+def _shot(driver: WebDriver, name: str, height: int = 860) -> None:
+    """A screenshot of the page for docs/screenshots/ (README's pictures)."""
+    width = driver.get_window_size()["width"]
+    driver.set_window_size(width, height)
+    path = SHOTS / "screenshots" / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(path))
+    assert_png(path)
+    driver.set_window_size(width, 860)
+
+
+def _cells(driver: WebDriver, css: str) -> list[list[str]]:
+    # Read in one go: a refresh may replace the rows between two element lookups.
+    script = (
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(row => [...row.querySelectorAll('td')].map(cell => cell.innerText.trim()))"
+    )
+    return list(driver.execute_script(script, css))
+
+
+async def _on_call(seeded: Seeded, driver: WebDriver, base: str) -> None:
+    """The on-call pages, each checked against the database, and their screenshots."""
+    store, client = seeded.store, DurableClient(seeded.store)
+    runner = WorkflowRunner(store)
+    invalid = [(await client.start_workflow(validate, f"bad-{n}")).id for n in range(3)]
+    missing = (await client.start_workflow(validate, "gone-1")).id
+    for workflow_id in [*invalid, missing]:
+        assert await runner.run_until_complete(workflow_id) is WorkflowStatus.FAILED
+    long = await client.start_workflow(long_run, 230)
+    assert await runner.run_until_complete(long) is WorkflowStatus.SUCCEEDED
+    now = datetime.now(UTC)
+    served = (checkout.name, batch.name, inbox.name, long_run.name)
+    worker = WorkerRecord(
+        "host-a:4242:c0ffee", "host-a", 4242, 8, ("billing", "default"), served, 2, now, now, now
+    )
+    await store.beat_worker(worker, 3600)
+    await client.add_schedule("nightly-checkout", checkout, Schedule("0 3 * * *", args=["N-1", 5]))
+
+    # The list shows each failure's error; the error type filters it.
+    driver.get(base + "/?status=failed")
+    _wait_for(driver, "tr.row")
+    errors = {row[0]: row[-1] for row in _cells(driver, "tr.row")}
+    assert errors[invalid[0]] == "InvalidOrder order bad-0 has no lines"
+    assert errors[missing] == "KeyError 'gone-1'"
+    kind = f"{__name__}.InvalidOrder"
+    box = driver.find_element(By.NAME, "error")
+    box.send_keys(kind)
+    box.submit()
+    _wait_for(driver, "#bulk")
+    assert _listed(driver) == [r.id for r in await client.list_workflows(error_type=kind)]
+    assert sorted(_listed(driver)) == sorted(invalid)
+
+    # Failures: counted by error type and name, as the store counts them.
+    driver.get(base + "/failures")
+    _wait_for(driver, "#failures tr.group")
+    counted = await client.error_counts(WorkflowFilter(status=WorkflowStatus.FAILED))
+    assert [row[:3] for row in _cells(driver, "#failures tr.group")] == [
+        [c.name, c.error_type or "(no type)", str(c.count)] for c in counted
+    ]
+    assert [validate.name, kind, "3"] in [row[:3] for row in _cells(driver, "tr.group")]
+    _shot(driver, "failures")
+
+    # Bulk retry of one group: the count, a confirmation, then each is pending again.
+    group = next(
+        row for row in driver.find_elements(By.CSS_SELECTOR, "tr.group") if kind in row.text
+    )
+    group.find_element(By.CSS_SELECTOR, "a.retry").click()
+    _wait_for(driver, "#count", "3")
+    assert "Retry 3 workflows?" in driver.find_element(By.ID, "confirm").text
+    _shot(driver, "bulk-retry")
+    driver.find_element(By.ID, "do-bulk").click()
+    _wait_for(driver, "#notice", "Retried 3 workflows.")
+    for workflow_id in invalid:
+        assert (await client.get(workflow_id)).status is WorkflowStatus.PENDING
+    assert (await client.get(missing)).status is WorkflowStatus.FAILED
+
+    # Bulk cancel from the list's filters: the unfinished ones of the name.
+    driver.get(f"{base}/?name={validate.name}")
+    driver.find_element(By.ID, "bulk-cancel").click()
+    _wait_for(driver, "#count", "3")
+    driver.find_element(By.ID, "do-bulk").click()
+    _wait_for(driver, "#notice", "Cancelled 3 workflows.")
+    for workflow_id in invalid:
+        assert (await client.get(workflow_id)).status is WorkflowStatus.CANCELLED
+
+    # Workers: the live one with what it serves; a warning for what nobody serves.
+    unserved_id = (await client.start_workflow(validate, "ok-1")).id
+    driver.get(base + "/workers")
+    _wait_for(driver, "#workers tr.worker")
+    [shown] = _cells(driver, "#workers tr.worker")
+    assert shown[:5] == ["host-a:4242:c0ffee", "host-a", "4242", "2 / 8", "billing, default"]
+    assert checkout.name in shown[5] and validate.name not in shown[5]
+    warning = driver.find_element(By.CSS_SELECTOR, ".unserved").text
+    assert f"no live worker serves {validate.name} (queue default): 1 pending" in warning
+    _shot(driver, "workers")
+    driver.get(f"{base}/workflows/{unserved_id}")
+    _wait_for(driver, "#unserved", f"no live worker serves {validate.name}")
+
+    # Schedules: next fire times; pause, resume (each confirmed) and trigger now.
+    driver.get(base + "/schedules")
+    _wait_for(driver, "tr.schedule")
+    schedule = await client.get_schedule("nightly-checkout")
+    upcoming = driver.find_element(By.CSS_SELECTOR, "tr.schedule td.next").text.splitlines()
+    assert upcoming[0] == f"{schedule.next_tick:%Y-%m-%d %H:%M:%S}" and len(upcoming) == 3
+    driver.find_element(By.CSS_SELECTOR, "button.pause").click()
+    _accept(driver)
+    _wait_for(driver, "#notice", "Paused")
+    assert (await client.get_schedule("nightly-checkout")).paused
+    driver.find_element(By.CSS_SELECTOR, "button.resume").click()
+    _accept(driver)
+    _wait_for(driver, "#notice", "Resumed")
+    assert not (await client.get_schedule("nightly-checkout")).paused
+    driver.find_element(By.CSS_SELECTOR, "button.trigger").click()
+    _accept(driver)
+    _wait_for(driver, "#notice", "Started its workflow now.")
+    triggered = driver.current_url.rsplit("/", 1)[-1].split("?")[0]
+    record = await client.get(triggered)
+    assert record.name == checkout.name and record.headers is not None
+    assert record.headers["durable-schedule"] == "nightly-checkout"
+    assert await runner.run_until_complete(triggered) is WorkflowStatus.SUCCEEDED
+    driver.get(base + "/schedules")
+    _wait_for(driver, "tr.schedule .runs .status", "succeeded")
+    _shot(driver, "schedules")
+
+    # Keeping up: the last hour and day, as the database counts them.
+    driver.get(base + "/queues")
+    _wait_for(driver, "#activity-1 tr.queue")
+    hour = {a.queue: a for a in await client.activity(3600)}
+    rows = {row[0]: row for row in _cells(driver, "#activity-1 tbody tr")}
+    for queue, activity in hour.items():
+        created, started, _, ended = rows[queue][2:6]
+        assert (created, started, ended) == (
+            str(activity.created),
+            str(activity.started),
+            str(activity.finished),
+        )
+    total = rows["all"]
+    assert total[2] == str(sum(a.created for a in hour.values()))
+    assert total[7].startswith(str(sum(a.ended.get("failed", 0) for a in hour.values())))
+    _wait_for(driver, "#backlog-chart canvas")
+    _shot(driver, "queues", height=1100)
+
+    # A waiting workflow is sent a message from its page, and runs to its end.
+    waiting = await client.start_workflow(inbox)
+    assert await runner.run_once(waiting) is WorkflowStatus.WAITING
+    driver.get(f"{base}/workflows/{waiting.id}")
+    _wait_for(driver, "#send")
+    assert driver.find_element(By.NAME, "topic").get_attribute("value") == "go"
+    driver.find_element(By.NAME, "message").send_keys('"ship it"')
+    _shot(driver, "workflow-send")
+    driver.find_element(By.CSS_SELECTOR, "#send button").click()
+    _accept(driver)
+    _wait_for(driver, "#notice", "Message sent.")
+    assert await runner.run_until_complete(waiting) is WorkflowStatus.SUCCEEDED
+    assert await waiting.output() == "ship it"
+
+    # A workflow of 230 steps shows them a hundred at a time.
+    driver.get(f"{base}/workflows/{long.id}")
+    indexes = "return [...document.querySelectorAll('#steps .index')].map(e => +e.innerText)"
+    _wait_for(driver, "#steps li.step")
+    assert driver.execute_script(indexes) == list(range(100))
+    driver.find_element(By.ID, "later-steps").click()
+    _wait_for(driver, "#step-range", "from 100")
+    assert driver.execute_script(indexes) == list(range(100, 200))
+    driver.find_element(By.ID, "later-steps").click()
+    _wait_for(driver, "#step-range", "from 200")
+    assert driver.execute_script(indexes) == list(range(200, 230))
+    assert driver.find_elements(By.ID, "later-steps") == []
+    driver.find_element(By.ID, "earlier-steps").click()
+    _wait_for(driver, "#step-range", "from 100")
+
+    # The list at 800 px: no sideways scrolling, the error column still there.
+    driver.set_window_size(800, 860)
+    driver.get(base + "/?status=failed")
+    _wait_for(driver, "tr.row")
+    width = "return [document.documentElement.scrollWidth, window.innerWidth]"
+    scrolled, inner = driver.execute_script(width)
+    assert scrolled <= inner, (scrolled, inner)
+    error_cell = driver.find_element(By.CSS_SELECTOR, f'tr.row[data-id="{missing}"] td.err')
+    assert error_cell.is_displayed() and "KeyError" in error_cell.text
+    _shot(driver, "list-800")
+    driver.set_window_size(1280, 860)
+
+    # X-Forwarded-Proto is not honoured unless the dashboard is told to trust a proxy.
+    status, body = _get(base + "/", {"X-Forwarded-Proto": "https"})
+    assert status == 200 and f'href="{base}/static/dashboard.css"' in body
 
 
 async def test_the_workflow_page_lists_each_failed_try_escaped(
@@ -429,10 +666,51 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-async def test_token_guards_pages_and_actions(seeded: Seeded) -> None:
+def _http(
+    base: str,
+    path: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    body: str = "",
+) -> tuple[int, http.client.HTTPMessage, str]:
+    """One request to the server at ``base``, with exactly these headers (a foreign Host
+    included); redirects are not followed."""
+    netloc = urlsplit(base).netloc
+    connection = http.client.HTTPConnection(netloc, timeout=10)
+    sent = {"Host": netloc, **(headers or {})}
+    if body:
+        sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
+    try:
+        connection.request(method, path, body=body.encode() or None, headers=sent)
+        response = connection.getresponse()
+        return response.status, response.headers, response.read().decode()
+    finally:
+        connection.close()
+
+
+def _framed_headers_are_refused(headers: http.client.HTTPMessage) -> None:
+    assert headers["X-Frame-Options"] == "DENY"
+    csp = headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
+    assert "default-src 'none'" in csp and "unsafe-inline" not in csp
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert headers["Referrer-Policy"] == "same-origin"
+
+
+async def test_attacks_on_the_dashboard_are_refused(seeded: Seeded) -> None:
+    """Each attack of the security review, on the real command serving a real database."""
     with pytest.raises(ConfigurationError, match="give it a --token"):
         check_serving("0.0.0.0", None)
-    check_serving("0.0.0.0", "t0ken")
+    with pytest.raises(ConfigurationError, match="--allowed-host"):
+        check_serving("0.0.0.0", "t0ken")
+    assert check_serving("0.0.0.0", "t0ken", ["ops.example.com"]) == [
+        "localhost",
+        "127.0.0.1",
+        "::1",
+        "ops.example.com",
+    ]
+    assert "10.1.2.3" in check_serving("10.1.2.3", "t0ken")
     check_serving("::1", None)
     refused = subprocess.run(
         [*DASHBOARD, "--database-url", seeded.url, "--host", "0.0.0.0"],
@@ -444,37 +722,128 @@ async def test_token_guards_pages_and_actions(seeded: Seeded) -> None:
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and "give it a --token" in refused.stderr
 
-    # The URL's password (trust authentication ignores it) is shown on no page.
+    # The URL's passwords (trust authentication ignores them) show on no page; this server
+    # trusts X-Forwarded-Proto from 127.0.0.1, as behind a local proxy.
+    database = seeded.url.rsplit("/", 1)[-1]
     with_password = seeded.url.replace("://postgres@", "://postgres:hunter2@")
-    assert "hunter2" in with_password
-    server = _start_server(with_password, "--token", "s3cret")
+    with_password += "?sslpassword=hunter2"
+    server = _start_server(with_password, "--token", "s3cret", "--forwarded-allow-ips", "127.0.0.1")
+    base, client = server.base, DurableClient(seeded.store)
+    bearer = {"Authorization": "Bearer s3cret"}
     try:
-        status, body = _get(f"{server.base}/")
-        assert status == 401 and "needs its token" in body and seeded.failed not in body
-        status, _ = _get(f"{server.base}/?token=wrong")
-        assert status == 401
-        status, body = _get(f"{server.base}/", {"Authorization": "Bearer s3cret"})
-        assert status == 200 and seeded.failed in body
-        assert "s3cret" not in body and "hunter2" not in body and "127.0.0.1:5432" in body
-        request = urllib.request.Request(
-            f"{server.base}/workflows/{seeded.waiting}/cancel",
-            method="POST",
-            headers={"Authorization": "Bearer s3cret", "Origin": "https://evil.example"},
-        )
-        with pytest.raises(urllib.error.HTTPError) as refusal:
-            urllib.request.urlopen(request, timeout=5)
-        assert refusal.value.code == 403
-        unauthorized = urllib.request.Request(
-            f"{server.base}/workflows/{seeded.waiting}/cancel", method="POST"
-        )
-        with pytest.raises(urllib.error.HTTPError) as refusal:
-            urllib.request.urlopen(unauthorized, timeout=5)
-        assert refusal.value.code == 401
-        assert (await DurableClient(seeded.store).get(seeded.waiting)).status is (
-            WorkflowStatus.WAITING
-        )
+        # Signed out: the sign-in page, framed by nobody, telling nothing of the database.
+        status, headers, body = _http(base, "/")
+        assert status == 401 and "needs its token" in body
+        for secret in ("hunter2", "PostgreSQL", "127.0.0.1:5432", database, seeded.failed):
+            assert secret not in body
+        _framed_headers_are_refused(headers)
+        assert _http(base, "/?token=wrong")[0] == 401
+        status, headers, body = _http(base, "/", headers=bearer)
+        assert status == 200 and seeded.failed in body and "127.0.0.1:5432" in body
+        assert "s3cret" not in body and "hunter2" not in body
+        _framed_headers_are_refused(headers)
+
+        # A foreign Host (a DNS-rebinding page: its own name, its own origin) is refused,
+        # with the bearer token even; so is a cross-site form under the right Host.
+        cancel = f"/workflows/{seeded.waiting}/cancel"
+        evil = {"Host": "evil.example:8484", "Origin": "http://evil.example:8484"}
+        status, headers, _ = _http(base, cancel, method="POST", headers={**evil, **bearer})
+        assert status == 400
+        _framed_headers_are_refused(headers)
+        assert _http(base, "/", headers={"Host": "evil.example", **bearer})[0] == 400
+        cross = {"Origin": "https://evil.example", **bearer}
+        assert _http(base, cancel, method="POST", headers=cross)[0] == 403
+        blind = {"Sec-Fetch-Site": "cross-site", **bearer}
+        assert _http(base, cancel, method="POST", headers=blind)[0] == 403
+        assert _http(base, cancel, method="POST")[0] == 401
+        assert (await client.get(seeded.waiting)).status is WorkflowStatus.WAITING
+
+        # Signing in keeps a signed session, not the token: HttpOnly, SameSite=Strict, and
+        # Secure when the (trusted) proxy says the request came over https.
+        form = urlencode({"token": "s3cret"})
+        status, headers, _ = _http(base, "/login", method="POST", body=form)
+        assert status == 303
+        cookie = headers["Set-Cookie"]
+        name, _, rest = cookie.partition("=")
+        value = rest.split(";")[0]
+        flags = cookie.lower()
+        assert name == "durable_dashboard_session" and "s3cret" not in value
+        assert "czNjcmV0" not in value  # nor the token in base64
+        assert "httponly" in flags and "samesite=strict" in flags and "secure" not in flags
+        proxied = {"X-Forwarded-Proto": "https"}
+        status, headers, _ = _http(base, "/login", method="POST", body=form, headers=proxied)
+        assert status == 303 and "; secure" in headers["Set-Cookie"].lower()
+        signed = {"Cookie": f"{name}={value}"}
+        status, _, body = _http(base, "/failures", headers=signed)
+        assert status == 200 and "hunter2" not in body
+        payload, _, signature = value.partition(".")
+        tampered = {"Cookie": f"{name}={payload[:-2]}x{payload[-1]}.{signature}"}
+        assert _http(base, "/", headers=tampered)[0] == 401
+        forged = SessionMiddleware(app=None, secret_key="guessed")  # type: ignore[arg-type]
+        fake = forged.signer.sign(payload.encode()).decode()
+        assert _http(base, "/", headers={"Cookie": f"{name}={fake}"})[0] == 401
+
+        # ?notice= shows only the dashboard's own notices: no text of the link's author.
+        for injected in (
+            "/?notice=%3Cscript%3Ealert(1)%3C/script%3E",
+            "/?notice=Your+session+expired%2C+sign+in+at+evil.example",
+            "/?notice=retried-many&count=%3Cb%3E9%3C/b%3E",
+            f"/workflows/{seeded.waiting}?notice=cancelled%20by%20your%20admin",
+        ):
+            status, _, body = _http(base, injected, headers=signed)
+            assert status == 200 and 'id="notice"' not in body, injected
+            assert "evil.example" not in body and "alert(1)" not in body and "<b>9" not in body
+        status, _, body = _http(base, "/?notice=retried-many&count=12", headers=signed)
+        assert '<p class="notice" id="notice">Retried 12 workflows.</p>' in body
+
+        # No page shows the password (nor does a page for a missing workflow).
+        for page in (
+            "/",
+            f"/workflows/{seeded.failed}",
+            "/workflows/no-such-id",
+            "/failures",
+            "/workers",
+            "/schedules",
+            "/queues",
+            "/queues/data",
+            "/bulk/retry?status=failed",
+        ):
+            status, _, body = _http(base, page, headers=signed)
+            assert status in (200, 404) and "hunter2" not in body, page
     finally:
         _stop(server)
+    log = server.process.communicate()[0]
+    assert "hunter2" not in log
+    await _no_page_shows_a_password_whatever_its_form(seeded)
+
+
+async def _no_page_shows_a_password_whatever_its_form(seeded: Seeded) -> None:
+    """Each credential form of the URL, in-process: the pages, and the sign-in page."""
+    import httpx
+
+    from durable_core.dashboard import create_app
+    from tests.test_redaction import PG_FORMS, SECRET
+
+    database = seeded.url.rsplit("/", 1)[-1]
+    for form in PG_FORMS:
+        url = form.replace(POSTGRES_URL.rsplit("/", 1)[-1], database, 1)
+        store = PostgresStore(url)
+        await store.open()
+        try:
+            app = create_app(store, token="t")
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as web:
+                signed_out = await web.get("/")
+                assert signed_out.status_code == 401
+                for detail in ("127.0.0.1", database, SECRET):
+                    assert detail not in signed_out.text
+                for page in ("/", f"/workflows/{seeded.failed}", "/failures", "/queues"):
+                    shown = await web.get(page, headers={"Authorization": "Bearer t"})
+                    assert shown.status_code == 200, page
+                    assert database in shown.text
+                    assert SECRET not in shown.text and "hun%40ter2" not in shown.text, url
+        finally:
+            await store.close()
 
 
 async def test_mounted_in_another_app(seeded: Seeded) -> None:

@@ -147,7 +147,7 @@ def test_without_the_dashboard_extra_the_command_names_it(
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "durable: error: the dashboard needs starlette, uvicorn, jinja2: "
+        "durable: error: the dashboard needs starlette, uvicorn, jinja2, itsdangerous: "
         "pip install 'durable-core[dashboard]'"
     ]
 

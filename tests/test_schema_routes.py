@@ -51,6 +51,7 @@ DURABLE_TABLES = (
     "workflow_schedules",
     "workflow_step_tries",
     "workflow_steps",
+    "workflow_workers",
     "workflows",
 )
 RELEASE_0_1 = Path(__file__).parent / "fixtures" / "schema_release_0_1.json"

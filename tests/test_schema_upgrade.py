@@ -29,8 +29,10 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.errors import SchemaOutdatedError
+from durable_core.operators import WorkerRecord
 from durable_core.schedules import ScheduleRecord
 from durable_core.schema import SCHEMA_VERSION, build_metadata
+from durable_core.store import WorkerRegistry
 from durable_core.testing import WorkflowRunner
 from tests import release_0_1
 from tests.conftest import (
@@ -407,3 +409,116 @@ async def test_a_version_4_database_is_upgraded_in_place(
             await drop_postgres_database(url)
     assert (effects("add_one:4"), effects("double:15")) == (1, 1)
     assert (effects("add_one:1"), effects("fails_once:2")) == (1, 2)
+
+
+V5_TABLES = (*V4_TABLES, "workflow_step_tries")
+V5 = build_metadata(5)
+
+
+async def v5_rows(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the version-5 tables ``V5_TABLES`` (their version-5 columns), in key order."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            result = {}
+            for name in V5_TABLES:
+                table = V5.tables[name]
+                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
+                result[name] = [dict(row._mapping) for row in rows]
+            return result
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
+async def test_a_version_5_database_is_upgraded_in_place(
+    backend: str,
+    tmp_path: Path,
+    postgres_url: str,
+    mysql_url: str,
+    effects: Callable[[str], int],
+) -> None:
+    """Schema version 6 adds the workers' table and an index on when workflows ended: a
+    version-5 database (a waiting workflow, one whose step failed a try, a finished one, a
+    schedule) keeps every row through ``durable migrate``; its workflows then run on, the
+    activity of the last hour counts the one that had ended, and a worker can register."""
+    FAILED_ONCE.clear()
+    scratch = f"sqlite:///{tmp_path / 'scratch5.db'}"
+    store = await open_store(scratch)
+    try:
+        await store.apply_schema()
+        client = DurableClient(store)
+        runner = WorkflowRunner(store)
+        waiting = await client.start_workflow_with_id("v5-waiting", waits_for_go, 4)
+        assert await runner.run_once(waiting) is WorkflowStatus.WAITING
+        await client.send("v5-waiting", 10, topic="go")
+        retrying = await client.start_workflow_with_id("v5-retrying", retried_across_upgrade, 1)
+        assert await runner.run_once(retrying) is WorkflowStatus.PENDING
+        done = await client.start_workflow_with_id("v5-done", upgraded_flow, 2)
+        assert await runner.run_until_complete(done) is WorkflowStatus.SUCCEEDED
+        now = datetime.now(UTC)
+        assert await store.add_schedule(
+            ScheduleRecord(
+                name="v5-nightly",
+                workflow_name=upgraded_flow.name,
+                cron="0 3 * * *",
+                timezone="UTC",
+                input='{"args":[1],"kwargs":{}}',
+                queue="nightly",
+                paused=False,
+                catch_up=0,
+                next_tick=now + timedelta(days=1),
+                last_tick=None,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    finally:
+        await store.close()
+    made = await v5_rows(f"sqlite+aiosqlite:///{tmp_path / 'scratch5.db'}")
+    assert [len(made[name]) for name in V5_TABLES] == [3, 8, 1, 1, 2, 1, 1]
+
+    url, async_url = await _database_at(backend, "upgrade_v5", tmp_path)
+    engine = create_async_engine(async_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade, 5)
+            for name in V5_TABLES:
+                table = V5.tables[name]
+                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
+                await conn.execute(table.insert(), rows)
+    finally:
+        await engine.dispose()
+
+    migrated = migrate(url)
+    assert migrated.returncode == 0, migrated.stderr
+    assert f"schema at version {SCHEMA_VERSION}" in migrated.stdout
+    assert await v5_rows(async_url) == made, "every row kept as it was"
+    assert migrate(url).returncode == 0  # idempotent
+    assert await v5_rows(async_url) == made
+
+    store = await open_store(url)
+    try:
+        await store.check_schema()
+        client = DurableClient(store)
+        [day] = await client.activity(timedelta(days=1))
+        assert (day.queue, day.created, day.ended) == ("default", 3, {"succeeded": 1})
+        runner = WorkflowRunner(store)
+        for workflow_id, expected in (("v5-waiting", (4 + 1 + 10) * 2), ("v5-retrying", 20)):
+            assert await runner.run_until_complete(workflow_id) is WorkflowStatus.SUCCEEDED
+            record = await store.get_workflow(workflow_id)
+            assert record is not None and record.output == str(expected)
+        [kept] = await store.load_step_tries("v5-retrying")
+        assert (kept.step_index, kept.try_number) == (1, 1)
+        # The new table takes a worker's row.
+        assert isinstance(store, WorkerRegistry)
+        worker = WorkerRecord(
+            "w-1", "host", 1, 4, ("default",), (upgraded_flow.name,), 0, now, now, now
+        )
+        await store.beat_worker(worker, 60)
+        assert [w.worker_id for w in await client.workers()] == ["w-1"]
+    finally:
+        await store.close()
+        if backend == "postgresql":
+            await drop_postgres_database(url)
+    assert (effects("add_one:4"), effects("double:15")) == (1, 1)

@@ -15,6 +15,7 @@ from typing import Any
 from ..backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
 from ..errors import ConfigurationError
 from ..hooks import plugin_manager
+from ..redaction import REDACTING, get_logger
 from ..store import EmbeddedDatabase, Store
 from .output import printable
 
@@ -24,7 +25,7 @@ LOG_LEVEL_ENV = "DURABLE_LOG_LEVEL"
 LOG_FORMAT_ENV = "DURABLE_LOG_FORMAT"
 DEFAULT_EMBEDDED_DIR = ".durable/pgdata"
 
-logger = logging.getLogger("durable_core.cli")
+logger = get_logger("durable_core.cli")
 
 
 class _WorkerFields(logging.Formatter):
@@ -67,6 +68,7 @@ def configure_logging(level: str | None = None, log_format: str | None = None) -
             f"{format_from} {log_format!r} is not a log format: one of {', '.join(LOG_FORMATS)}"
         )
     handler = logging.StreamHandler()
+    handler.addFilter(REDACTING)  # every record, the libraries' too
     if log_format.lower() == "json":
         handler.setFormatter(json_formatter())
     else:

@@ -12,6 +12,7 @@ from ..client import DurableClient
 from ..dashboard.present import show_arguments, show_value
 from ..errors import ConfigurationError
 from ..failures import load_error
+from ..operators import unserved
 from ..records import (
     AttemptRecord,
     BacklogRecord,
@@ -120,9 +121,12 @@ async def _list(args: argparse.Namespace) -> int:
 
 async def _stats(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        rows = await DurableClient(store).backlog()
+        client = DurableClient(store)
+        rows = await client.backlog()
+        missing = unserved(rows, await client.workers()) if client.has_workers else []
+    lost = {(m.queue, m.name) for m in missing}
     if args.json:
-        print(json.dumps([_backlog_json(row) for row in rows], indent=2))
+        print(json.dumps([_backlog_json(row, lost) for row in rows], indent=2))
         return 0
     if not rows:
         print("nothing pending, running or waiting")
@@ -134,16 +138,19 @@ async def _stats(args: argparse.Namespace) -> int:
             f"{row.name}"
         )
         print(printable(line, one_line=True))
+    for m in missing:
+        print(printable(f"{m.message}: {m.pending} pending since {when(m.oldest)}", one_line=True))
     return 0
 
 
-def _backlog_json(row: BacklogRecord) -> dict[str, Any]:
+def _backlog_json(row: BacklogRecord, lost: set[tuple[str, str]]) -> dict[str, Any]:
     return {
         "queue": row.queue,
         "name": row.name,
         "status": row.status.value,
         "count": row.count,
         "oldest": iso(row.oldest),
+        "unserved": row.status is WorkflowStatus.PENDING and (row.queue, row.name) in lost,
     }
 
 

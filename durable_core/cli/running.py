@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -14,6 +13,7 @@ from ..backends import DATABASE_URL_ENV, database_url_from_env
 from ..client import DurableClient
 from ..config import WorkflowConfig
 from ..errors import ConfigurationError
+from ..redaction import get_logger
 from ..registry import default_registry
 from ..schema import SCHEMA_VERSION
 from .common import (
@@ -27,7 +27,7 @@ from .common import (
     with_database,
 )
 
-logger = logging.getLogger("durable_core.cli")
+logger = get_logger("durable_core.cli")
 
 METRICS_PORT_ENV = "DURABLE_METRICS_PORT"
 METRICS_HOST_ENV = "DURABLE_METRICS_HOST"
@@ -103,6 +103,22 @@ def add_commands(commands: Any) -> None:
         default=os.environ.get("DURABLE_DASHBOARD_TOKEN") or None,
         help="needed to open it; required on any host but loopback "
         "(default: $DURABLE_DASHBOARD_TOKEN)",
+    )
+    dashboard.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        default=[h for h in os.environ.get("DURABLE_DASHBOARD_ALLOWED_HOSTS", "").split(",") if h],
+        help="a Host name it answers besides this machine's and --host (repeatable; "
+        "*.example.com patterns; '*' any; needed with --host 0.0.0.0; default: "
+        "$DURABLE_DASHBOARD_ALLOWED_HOSTS, comma-separated)",
+    )
+    dashboard.add_argument(
+        "--forwarded-allow-ips",
+        default=os.environ.get("DURABLE_DASHBOARD_FORWARDED_ALLOW_IPS") or None,
+        metavar="IPS",
+        help="trust X-Forwarded-Proto/-For from these proxy addresses (comma-separated; "
+        "default: $DURABLE_DASHBOARD_FORWARDED_ALLOW_IPS; unset: trust none)",
     )
     dashboard.set_defaults(run=_dashboard)
 
@@ -245,11 +261,19 @@ def _alembic(args: argparse.Namespace) -> int:
 async def _dashboard(args: argparse.Namespace) -> int:
     from ..dashboard.serve import check_serving, listening_socket, serve
 
-    check_serving(args.host, args.token)
+    check_serving(args.host, args.token, args.allowed_host)
     sock = listening_socket(args.host, args.port, "the dashboard")  # before the database
     try:
         async with opened_store(args.database_url, args.embedded_dir) as store:
-            await serve(store, host=args.host, port=args.port, token=args.token, sock=sock)
+            await serve(
+                store,
+                host=args.host,
+                port=args.port,
+                token=args.token,
+                allowed_hosts=args.allowed_host,
+                forwarded_allow_ips=args.forwarded_allow_ips,
+                sock=sock,
+            )
     finally:
         sock.close()
     return 0

@@ -1,47 +1,60 @@
 """The dashboard as a Starlette application: :func:`create_app`.
 
 Every page reads through :class:`~durable_core.client.DurableClient`'s admin API
-(list, get, steps, attempts) and every action writes through it (retry, cancel,
-fork); each page is a few queries on indexes, a page of rows at a time.
+(list, get, steps, attempts, counts, workers, schedules) and every action writes
+through it (retry, cancel, fork, send, bulk retry and cancel, pause, resume,
+trigger); each page is a few queries on indexes, a page of rows at a time. The
+on-call pages (failures, bulk actions, workers, schedules, activity) are in
+:mod:`.oncall`; what keeps it safe to expose is in :mod:`.security`.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
-    JSONResponse,
     PlainTextResponse,
     RedirectResponse,
     Response,
 )
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..backends import redact
 from ..client import DurableClient
-from ..errors import ConfigurationError, FrameworkError, WorkflowNotFoundError
+from ..errors import (
+    ConfigurationError,
+    FrameworkError,
+    SerializationError,
+    WorkflowNotFoundError,
+)
 from ..records import WorkflowStatus
+from ..redaction import redact
 from ..store import Store
 from . import present
 from .monitor import Monitor
+from .oncall import OnCallPages, filter_of
+from .security import SESSION_MAX_AGE, SecurityHeaders, Sessions, check_hosts, notice
 
 PAGE_SIZE = 50
 """Workflows on one page of the list."""
+STEP_PAGE = 100
+"""Steps on one page of a workflow's timeline."""
 REFRESH_SECONDS = 5
 """How often an open page refreshes itself."""
-TOKEN_COOKIE = "durable_dashboard_token"
-FILTERS = ("status", "name", "queue", "created_after", "created_before")
-"""The list's filters, as query parameters."""
+FILTERS = ("status", "name", "queue", "error", "created_after", "created_before")
+"""The list's filters, as query parameters (``error``: the recorded error's type)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -51,12 +64,20 @@ def create_app(
     *,
     token: str | None = None,
     refresh_seconds: float = REFRESH_SECONDS,
+    allowed_hosts: Sequence[str] = (),
+    session_max_age: int = SESSION_MAX_AGE,
+    extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The dashboard over ``client`` (or an opened store), as an ASGI app to serve with
     uvicorn or mount in your own app (``Mount("/durable", create_app(client))``).
 
-    With a ``token``, every page and action needs it: open any page with ``?token=...``
-    once (it is kept in a cookie), or send ``Authorization: Bearer <token>``.
+    It answers only requests whose ``Host`` is in ``allowed_hosts`` (names, or patterns such
+    as ``*.example.com``; ``["*"]``: any; default: this machine's names). With a ``token``,
+    every page and action needs it: open any page with ``?token=...`` or the sign-in form
+    once (a signed session cookie, not the token, is kept for ``session_max_age`` seconds),
+    or send ``Authorization: Bearer <token>``. ``extra_routes`` are served beside the
+    dashboard's (a metrics route, say), behind the same host check and headers but not the
+    token.
     """
     dashboard = _Dashboard(
         client if isinstance(client, DurableClient) else DurableClient(client),
@@ -64,41 +85,48 @@ def create_app(
         refresh_seconds,
     )
     guard = dashboard.guarded
-    return Starlette(
-        routes=[
-            Route("/", guard(dashboard.workflows), name="workflows"),
-            Route("/workflows/{workflow_id}", guard(dashboard.workflow), name="workflow"),
-            Route(
-                "/workflows/{workflow_id}/{action:str}",
-                guard(dashboard.act),
-                methods=["POST"],
-                name="act",
-            ),
-            Route("/queues", guard(dashboard.queues), name="queues"),
-            Route("/queues/data", guard(dashboard.queue_data), name="queue_data"),
-            Route("/metrics", guard(dashboard.metrics), name="metrics"),
-            Route("/login", dashboard.login, methods=["GET", "POST"], name="login"),
-            Mount(
-                "/static",
-                StaticFiles(packages=[("durable_core.dashboard", "static")]),
-                name="static",
-            ),
-        ],
-    )
+    routes: list[BaseRoute] = [
+        Route("/", guard(dashboard.workflows), name="workflows"),
+        Route("/workflows/{workflow_id}", guard(dashboard.workflow), name="workflow"),
+        Route(
+            "/workflows/{workflow_id}/{action:str}",
+            guard(dashboard.act),
+            methods=["POST"],
+            name="act",
+        ),
+        Route("/failures", guard(dashboard.failures), name="failures"),
+        Route("/bulk/{action:str}", guard(dashboard.bulk), methods=["GET", "POST"], name="bulk"),
+        Route("/workers", guard(dashboard.workers), name="workers"),
+        Route("/schedules", guard(dashboard.schedules), name="schedules"),
+        Route(
+            "/schedules/{action:str}",
+            guard(dashboard.schedule_act),
+            methods=["POST"],
+            name="schedule_act",
+        ),
+        Route("/queues", guard(dashboard.queues), name="queues"),
+        Route("/queues/data", guard(dashboard.queue_data), name="queue_data"),
+        Route("/metrics", guard(dashboard.metrics), name="metrics"),
+        Route("/login", dashboard.login, methods=["GET", "POST"], name="login"),
+        Route("/logout", guard(dashboard.logout), methods=["POST"], name="logout"),
+        Mount(
+            "/static",
+            StaticFiles(packages=[("durable_core.dashboard", "static")]),
+            name="static",
+        ),
+        # Routes served beside the dashboard's go here.
+        *extra_routes,
+    ]
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(TrustedHostMiddleware, allowed_hosts=check_hosts(allowed_hosts)),
+    ]
+    if token is not None:
+        middleware.append(Middleware(Sessions, token=token, max_age=session_max_age))
+    return Starlette(routes=routes, middleware=middleware)
 
 
-def _utc(text: str, what: str) -> datetime | None:
-    """A ``datetime-local`` form value (or an ISO time), read as UTC when it has no zone."""
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigurationError(f"{what} is not a date and time: {text!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-class _Dashboard:
+class _Dashboard(OnCallPages):
     """The pages and actions, sharing one client, its monitor and the templates."""
 
     def __init__(self, client: DurableClient, token: str | None, refresh: float) -> None:
@@ -115,7 +143,10 @@ class _Dashboard:
         env.filters["value"] = present.show_value
         env.filters["arguments"] = present.show_arguments
         env.filters["when"] = lambda t: "" if t is None else f"{t:%Y-%m-%d %H:%M:%S}"
+        env.filters["short"] = present.shorten
         env.globals["duration"] = present.duration
+        env.globals["seconds"] = present.seconds
+        env.globals["error_of"] = present.error_of
         self.templates = Jinja2Templates(env=env)
 
     # -- access ------------------------------------------------------------------------------
@@ -123,9 +154,10 @@ class _Dashboard:
     def _authorized(self, request: Request) -> bool:
         if self.token is None:
             return True
+        if request.session.get("signed_in") is True:
+            return True
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        given = request.cookies.get(TOKEN_COOKIE) or bearer
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        return bool(bearer) and hmac.compare_digest(bearer.encode(), self.token.encode())
 
     def guarded(self, endpoint: Endpoint) -> Endpoint:
         """``endpoint``, refused without the token and, for a POST, from another site."""
@@ -134,7 +166,7 @@ class _Dashboard:
             if self.token is not None and request.query_params.get("token"):
                 return await self.login(request)
             if not self._authorized(request):
-                return self._page(request, "login.html", {"failed": False}, status_code=401)
+                return self._login_page(request, failed=False)
             if request.method == "POST" and not _same_origin(request):
                 return HTMLResponse("refused: a cross-site form", status_code=403)
             try:
@@ -146,29 +178,46 @@ class _Dashboard:
 
         return run
 
+    def _login_page(self, request: Request, *, failed: bool) -> Response:
+        """The sign-in form: nothing about the store or its workflows."""
+        context = {"failed": failed}
+        return self.templates.TemplateResponse(request, "login.html", context, status_code=401)
+
     async def login(self, request: Request) -> Response:
-        """Take the token from ``?token=`` or the login form; keep it in a cookie."""
+        """Take the token from ``?token=`` or the sign-in form; keep "signed in" in the
+        signed session (the token itself is never stored)."""
         given = request.query_params.get("token", "")
         if request.method == "POST":
+            if not _same_origin(request):
+                return HTMLResponse("refused: a cross-site form", status_code=403)
             given = (await _form(request)).get("token", "")
         if self.token is None or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return self._page(request, "login.html", {"failed": bool(given)}, status_code=401)
+            return self._login_page(request, failed=bool(given))
         if request.method == "POST" or request.url.path.endswith("/login"):
             target = str(request.url_for("workflows"))
         else:
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             target = str(request.url.replace(query=urlencode(rest)))
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="strict")
-        return response
+        request.session.clear()
+        request.session["signed_in"] = True
+        return RedirectResponse(target, status_code=303)
+
+    async def logout(self, request: Request) -> Response:
+        """Forget the sign-in."""
+        if self.token is not None:
+            request.session.clear()
+        return RedirectResponse(request.url_for("workflows"), status_code=303)
 
     def _page(
         self, request: Request, template: str, context: dict[str, Any], status_code: int = 200
     ) -> Response:
+        codes = request.query_params
         context = {
             "store": redact(self.client.store.description),
             "refresh": self.refresh,
             "statuses": [s.value for s in WorkflowStatus],
+            "signed_in": self.token is not None,
+            "notice": notice(codes.get("notice", ""), dict(codes)),
             **context,
         }
         return self.templates.TemplateResponse(request, template, context, status_code=status_code)
@@ -183,12 +232,14 @@ class _Dashboard:
             await self.client.get(wanted)  # WorkflowNotFoundError: a 404 page saying so
             return RedirectResponse(request.url_for("workflow", workflow_id=wanted), 303)
         before = query.get("before") or None
+        where = filter_of(query)
         rows = await self.client.list_workflows(
-            status=query.get("status") or None,
-            name=query.get("name") or None,
-            queue=query.get("queue") or None,
-            created_after=_utc(query.get("created_after", ""), "created after"),
-            created_before=_utc(query.get("created_before", ""), "created before"),
+            status=where.status,
+            name=where.name,
+            queue=where.queue,
+            error_type=where.error_type,
+            created_after=where.created_after,
+            created_before=where.created_before,
             before=before,
             limit=PAGE_SIZE + 1,
         )
@@ -201,69 +252,81 @@ class _Dashboard:
         context = {
             "rows": rows,
             "filters": filters,
+            "kept": urlencode(kept),
             "older": older,
             "newest": "?" + urlencode(kept) if before else None,
             "live": before is None,
+            "bulk": bool(kept) and self.client.has_queries,
         }
         template = "rows.html" if query.get("fragment") else "workflows.html"
         return self._page(request, template, context)
 
     async def workflow(self, request: Request) -> Response:
-        """One workflow: its row, its steps on a timeline (with their failed tries), its
-        attempts, parent and children."""
+        """One workflow: its row, its steps on a timeline a page at a time (with their failed
+        tries), its attempts, parent and children; a form to send it a message."""
         workflow_id = request.path_params["workflow_id"]
         record = await self.client.get(workflow_id)
         handle = self.client.handle(workflow_id)
-        steps = await handle.steps()
+        first = _index(request.query_params.get("steps", "0"))
+        steps = await self.client.steps_page(workflow_id, first=first, limit=STEP_PAGE + 1)
+        more = len(steps) > STEP_PAGE
+        steps = steps[:STEP_PAGE]
         attempts = await handle.attempts()
-        tries = await handle.step_tries()
+        shown = {s.step_index for s in steps}
+        tries = [t for t in await handle.step_tries() if t.step_index in shown]
         children = await self.client.list_workflows(parent_id=workflow_id, limit=PAGE_SIZE)
+        kind, _, topic = (record.waiting_for or "").partition(":")
         context = {
             "record": record,
             "steps": present.timeline(record, steps, datetime.now(UTC)),
+            "first": first,
+            "earlier": max(first - STEP_PAGE, 0) if first else None,
+            "later": first + STEP_PAGE if more else None,
             "attempts": attempts,
             "tries": present.tries_by_step(tries),
             "children": children,
             "error": present.error_of(record.error),
-            "error_of": present.error_of,
             "waiting": record.wait_description or "",
-            "notice": request.query_params.get("notice", ""),
+            "topic": topic if kind == "message" else "",
+            "why_pending": await self.client.why_pending(record),
             "live": not record.status.is_terminal,
         }
         template = "workflow_live.html" if request.query_params.get("fragment") else "workflow.html"
         return self._page(request, template, context)
 
     async def act(self, request: Request) -> Response:
-        """``retry``, ``cancel`` or ``fork`` (from the form's ``step``) one workflow."""
+        """``retry``, ``cancel``, ``fork`` (from the form's ``step``) or ``send`` (the form's
+        ``topic`` and JSON ``message``) one workflow."""
         workflow_id = request.path_params["workflow_id"]
         action = request.path_params["action"]
-        target = workflow_id
+        target, extra = workflow_id, {}
         if action == "retry":
             await self.client.retry(workflow_id)
-            notice = "retried: it is pending again, its succeeded steps stay cached"
         elif action == "cancel":
             await self.client.cancel(workflow_id)
-            notice = "cancelled"
         elif action == "fork":
             step = (await _form(request)).get("step", "")
             if not step.isdigit():
                 raise ConfigurationError(f"fork needs a step index, got {step!r}")
-            fork = await self.client.fork(workflow_id, from_step=int(step))
-            target = fork.id
-            notice = f"started as a copy of {workflow_id} that runs again from step {step}"
+            target = (await self.client.fork(workflow_id, from_step=int(step))).id
+            extra = {"step": step}
+        elif action == "send":
+            form = await _form(request)
+            try:
+                message = json.loads(form.get("message", ""))
+            except ValueError as exc:
+                raise ConfigurationError(f"the message is not JSON: {exc}") from None
+            await self.client.get(workflow_id)  # WorkflowNotFoundError: a 404 page
+            try:
+                await self.client.send(workflow_id, message, topic=form.get("topic", ""))
+            except SerializationError as exc:
+                raise ConfigurationError(str(exc)) from None
         else:
-            return HTMLResponse(f"no action {action!r}", status_code=404)
+            return HTMLResponse("no such action", status_code=404)
+        codes = {"retry": "retried", "cancel": "cancelled", "fork": "forked", "send": "sent"}
         url = request.url_for("workflow", workflow_id=target)
-        return RedirectResponse(f"{url}?{urlencode({'notice': notice})}", status_code=303)
-
-    async def queues(self, request: Request) -> Response:
-        """Backlog and throughput per queue, as charts that refresh themselves."""
-        return self._page(request, "queues.html", {"throughput": self.client.has_stats})
-
-    async def queue_data(self, request: Request) -> Response:
-        """The charts' samples as JSON (a new sample is taken when the last is old)."""
-        await self.monitor.sample()
-        return JSONResponse(self.monitor.series())
+        query = urlencode({"notice": codes[action], **extra})
+        return RedirectResponse(f"{url}?{query}", status_code=303)
 
     async def metrics(self, request: Request) -> Response:
         """The store's figures for Prometheus (the ``[metrics]`` extra): the backlog by
@@ -279,9 +342,14 @@ class _Dashboard:
         return Response(body, headers={"content-type": CONTENT_TYPE})
 
 
+def _index(text: str) -> int:
+    """A step index from the query (0 when it is none)."""
+    return int(text) if text.isdigit() and len(text) < 10 else 0
+
+
 async def _form(request: Request) -> dict[str, str]:
     """A URL-encoded form's fields (the dashboard posts nothing else)."""
-    fields = parse_qs((await request.body()).decode("utf-8", "replace"))
+    fields = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
     return {key: values[-1] for key, values in fields.items()}
 
 

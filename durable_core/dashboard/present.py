@@ -14,6 +14,7 @@ from typing import Any
 
 from ..failures import load_error
 from ..records import StepRecord, StepTryRecord, WorkflowRecord
+from ..redaction import redact
 from ..serialization import TAG_KEY
 
 
@@ -115,8 +116,26 @@ def short_duration(delta: timedelta) -> str:
 
 
 def error_of(text: str | None) -> dict[str, Any] | None:
-    """A stored error: its type, message, traceback and step."""
-    return load_error(text)
+    """A stored error: its type, message, traceback and step (with no credential in its
+    text: an exception's message may carry a connection string)."""
+    error = load_error(text)
+    if error is None:
+        return None
+    for key in ("message", "traceback"):
+        if isinstance(error.get(key), str):
+            error[key] = redact(error[key])
+    return error
+
+
+def shorten(text: object, limit: int = 120) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def seconds(value: float | None) -> str:
+    """A number of seconds as a short duration (``""`` for none)."""
+    return "" if value is None else short_duration(timedelta(seconds=value))
 
 
 def tries_by_step(tries: list[StepTryRecord]) -> dict[int, list[StepTryRecord]]:

@@ -9,15 +9,16 @@ from __future__ import annotations
 import errno
 import importlib.util
 import ipaddress
-import logging
 import socket
+from collections.abc import Sequence
 
 from ..errors import ConfigurationError
+from ..redaction import get_logger
 from ..store import Store
 
-logger = logging.getLogger("durable_core.dashboard")
+logger = get_logger("durable_core.dashboard")
 
-EXTRA = ("starlette", "uvicorn", "jinja2")
+EXTRA = ("starlette", "uvicorn", "jinja2", "itsdangerous")
 """The modules the ``[dashboard]`` extra installs."""
 
 
@@ -31,8 +32,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_serving(host: str, token: str | None) -> None:
-    """Refuse to serve without the extra, or beyond this machine without a token."""
+def check_serving(host: str, token: str | None, allowed: Sequence[str] = ()) -> list[str]:
+    """Refuse to serve without the extra, beyond this machine without a token, or on every
+    interface without the names it is reached by; return the ``Host`` names it answers."""
     missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigurationError(
@@ -43,6 +45,9 @@ def check_serving(host: str, token: str | None) -> None:
             f"the dashboard listens on {host}, beyond this machine: give it a --token "
             "(or $DURABLE_DASHBOARD_TOKEN), which every page and action will need"
         )
+    from .security import allowed_hosts
+
+    return allowed_hosts(host, allowed)
 
 
 def listening_socket(host: str, port: int, what: str) -> socket.socket:
@@ -67,21 +72,45 @@ def listening_socket(host: str, port: int, what: str) -> socket.socket:
 
 
 async def serve(
-    store: Store, *, host: str, port: int, token: str | None, sock: socket.socket | None = None
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    allowed_hosts: Sequence[str] = (),
+    forwarded_allow_ips: str | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve the dashboard over ``store`` until interrupted, on ``sock`` if given (else a
     socket it opens on ``host:port``); its URL is logged once it listens (a taken port is
-    a :class:`ConfigurationError` first)."""
-    check_serving(host, token)
+    a :class:`ConfigurationError` first).
+
+    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are honoured only from the proxies
+    ``forwarded_allow_ips`` names (uvicorn's setting: addresses, networks, or ``*``);
+    without it, never.
+    """
+    hosts = check_serving(host, token, allowed_hosts)
     import uvicorn
 
     from .app import create_app
 
     sock = sock or listening_socket(host, port, "the dashboard")
     config = uvicorn.Config(
-        create_app(store, token=token), host=host, port=port, log_level="warning"
+        create_app(store, token=token, allowed_hosts=hosts),
+        host=host,
+        port=port,
+        log_level="warning",
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips or "",
+        server_header=False,
     )
-    logger.info("dashboard of %s on http://%s:%s/", store.description, host, port)
+    logger.info(
+        "dashboard of %s on http://%s:%s/ (hosts: %s)",
+        store.description,
+        host,
+        port,
+        ", ".join(hosts),
+    )
     try:
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from .. import migrations
 from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
 from ..records import Lease, NewWorkflow
+from ..redaction import redact
 from ..schema import SCHEMA_VERSION
 from . import errors
 from .connector import Connector, Params, Row, Session
@@ -39,7 +40,7 @@ class SQLStoreBase:
         self.connector = connector
         self.dialect = dialect
         self.statements = statements or Statements(dialect)
-        self._description = description
+        self._description = redact(description)
         self._open = False
         plan = dialect.plan_for_values
         self._plan_for_values = None if plan is None else sa.text(plan)
@@ -49,7 +50,8 @@ class SQLStoreBase:
 
     @property
     def description(self) -> str:
-        """The database this store writes to, with no password in it."""
+        """The database this store writes to, with no credential in it (whatever the
+        backend gave, through :func:`~durable_core.redaction.redact`)."""
         return self._description
 
     @property

@@ -117,6 +117,18 @@ class SQLDialect:
         their next write)."""
         return statement
 
+    def before_quote(self, text: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        """``text`` up to its first double quote (all of it when it has none)."""
+        quote = sa.literal('"')
+        cut = sa.func.instr(text, quote)
+        return sa.case((cut > 0, sa.func.substr(text, 1, cut - 1)), else_=text)
+
+    def seconds_between(
+        self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]
+    ) -> sa.ColumnElement[Any]:
+        """The seconds from the moment ``start`` to the moment ``end``."""
+        return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
+
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         """Held while the schema is upgraded, so two processes never upgrade at once."""

@@ -23,10 +23,7 @@ from .rows import (
     step_try_from_row,
     workflow_status,
 )
-from .statements import error_type_pattern
-
-_LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name", "error_type": "error_like"}
-"""The parameter of each ``list_workflows`` filter whose name is a column's."""
+from .statements import filter_params
 
 
 class ReadOperations(SQLStoreBase):
@@ -52,20 +49,18 @@ class ReadOperations(SQLStoreBase):
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally filtered (see ``Store.list_workflows``)."""
         given = {
-            "error_type": None if error_type is None else error_type_pattern(error_type),
-            "status": None if status is None else status.value,
+            "status": status,
             "name": name,
             "queue": queue,
             "parent_id": parent_id,
+            "error_type": error_type,
             "created_after": created_after,
             "created_before": created_before,
             "before": before,
         }
         filters = {key: value for key, value in given.items() if value is not None}
         query = self.statements.list_workflows(frozenset(filters))
-        params: dict[str, Any] = {"limit": limit}
-        for key, value in filters.items():
-            params[_LIST_PARAMS.get(key, key)] = value
+        params: dict[str, Any] = {"limit": limit, **filter_params(filters)}
         if self._plan_for_values is None or not filters:
             rows = await self._fetch("list_workflows", query, params)
         else:

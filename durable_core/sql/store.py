@@ -29,14 +29,18 @@ from ..records import (
 )
 from . import errors
 from .connector import Params
+from .operators import OperatorOperations
 from .reading import ReadOperations
 from .rows import claimed_from_row
 from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS
 from .waiting import WaitingOperations
+from .workers import WorkerOperations
 
 
-class SQLStore(WaitingOperations, ScheduleOperations, ReadOperations):
+class SQLStore(
+    WaitingOperations, ScheduleOperations, WorkerOperations, OperatorOperations, ReadOperations
+):
     """A store over any SQL database, given its dialect and a connector.
 
     It does not claim work for a worker: a store that can (PostgreSQL) adds the

@@ -1,3 +1,10 @@
+// Confirmations: a form with data-confirm is sent only once its question is accepted (the
+// listener is on the document, so forms a live refresh brings in are covered too).
+document.addEventListener("submit", function (event) {
+  const question = event.target.dataset && event.target.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
+
 // Live refresh: an element with data-fragment is reloaded from that URL every few seconds
 // (a list's first page, an unfinished workflow), while the "live" box, if any, is ticked.
 (function () {
@@ -64,3 +71,9 @@ function durableCharts(url) {
   tick();
   setInterval(tick, seconds * 1000);
 }
+
+// The queue page's charts start by themselves (no inline script: the CSP allows none).
+(function () {
+  const chart = document.getElementById("backlog-chart");
+  if (chart && chart.dataset.source) durableCharts(chart.dataset.source);
+})();

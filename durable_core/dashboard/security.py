@@ -1,0 +1,153 @@
+"""What keeps the dashboard safe to expose: the hosts it answers, the headers every response
+carries, its signed session, and the only notices a page may show.
+
+- Hosts: Starlette's ``TrustedHostMiddleware`` refuses a request whose ``Host`` is not
+  one the dashboard serves (a DNS-rebinding page reaches it under the attacker's name).
+- Headers: a Content-Security-Policy allowing only the dashboard's own scripts, styles
+  and forms, ``frame-ancestors 'none'`` with ``X-Frame-Options: DENY`` (no framing,
+  so no click-jacking), ``nosniff``, and no referrer to another site (a ``?token=``
+  never leaks).
+- Session: Starlette's ``SessionMiddleware`` (itsdangerous, signed with a key derived
+  from the token: changing the token signs everyone out) keeps "signed in", never the
+  token itself; its cookie is ``HttpOnly``, ``SameSite=Strict``, and ``Secure`` when the
+  request came over https (as uvicorn saw it, behind a proxy only when told to trust it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from starlette.datastructures import MutableHeaders
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import ConfigurationError
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""The names this machine reaches the dashboard by: always allowed."""
+WILDCARD_BINDS = ("0.0.0.0", "::", "")
+"""Addresses that listen on every interface (the names the dashboard is reached by are then
+unknown until given)."""
+SESSION_COOKIE = "durable_dashboard_session"
+SESSION_MAX_AGE = 12 * 3600
+"""Seconds a sign-in lasts."""
+
+CSP = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    )
+)
+HEADERS = (
+    ("content-security-policy", CSP),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    # Not no-referrer: a browser then sends its forms with "Origin: null".
+    ("referrer-policy", "same-origin"),
+)
+
+
+class SecurityHeaders:
+    """Adds :data:`HEADERS` to every HTTP response (refusals included)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS:
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def session_key(token: str) -> str:
+    """The key sessions are signed with: derived from the token, never the token."""
+    return hashlib.sha256(b"durable-dashboard-session\0" + token.encode()).hexdigest()
+
+
+class Sessions:
+    """Starlette's ``SessionMiddleware``, its cookie ``Secure`` on requests made over https."""
+
+    def __init__(self, app: ASGIApp, token: str, max_age: int = SESSION_MAX_AGE) -> None:
+        options = {
+            "secret_key": session_key(token),
+            "session_cookie": SESSION_COOKIE,
+            "max_age": max_age,
+            "same_site": "strict",
+        }
+        self.plain = SessionMiddleware(app, **options)  # type: ignore[arg-type]
+        self.secure = SessionMiddleware(app, https_only=True, **options)  # type: ignore[arg-type]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        over_https = scope.get("scheme") in ("https", "wss")
+        await (self.secure if over_https else self.plain)(scope, receive, send)
+
+
+def allowed_hosts(bind: str, given: Iterable[str] = ()) -> list[str]:
+    """The ``Host`` names a dashboard listening on ``bind`` answers: this machine's, the
+    address it listens on, and ``given`` (``*.example.com`` patterns; ``*``: any). Listening
+    on every interface needs ``given``: only the operator knows the names it is reached by."""
+    named = [h.strip() for h in given if h.strip()]
+    if bind in WILDCARD_BINDS and not named:
+        raise ConfigurationError(
+            f"the dashboard listens on every interface ({bind or 'all'}): name the hosts it "
+            "is reached by with --allowed-host (or $DURABLE_DASHBOARD_ALLOWED_HOSTS, "
+            "comma-separated; '*' allows any)"
+        )
+    for pattern in named:
+        wild = "*" in pattern[1:] or (pattern.startswith("*") and not pattern.startswith("*."))
+        if wild and pattern != "*":
+            raise ConfigurationError(
+                f"allowed host {pattern!r}: a name, or a pattern such as '*.example.com'"
+            )
+    hosts = [*LOOPBACK_HOSTS]
+    if bind not in WILDCARD_BINDS:
+        hosts.append(bind.strip("[]"))
+    return list(dict.fromkeys([*hosts, *named]))
+
+
+NOTICES = {
+    "retried": "Retried: it is pending again; its succeeded steps stay cached.",
+    "cancelled": "Cancelled, with its unfinished children.",
+    "forked": "Started as a copy that runs again from step {step}.",
+    "sent": "Message sent.",
+    "retried-many": "Retried {count} workflows.",
+    "cancelled-many": "Cancelled {count} workflows.",
+    "paused": "Paused: its ticks start nothing until it is resumed.",
+    "resumed": "Resumed from its next tick.",
+    "triggered": "Started its workflow now.",
+}
+"""The only notices a page shows, by their ``?notice=`` code; a number is their only blank."""
+
+
+def notice(code: str, numbers: dict[str, str]) -> str:
+    """The text of the notice ``code`` with its numbers filled in (``""``: no such notice,
+    or a blank is not a number)."""
+    template = NOTICES.get(code)
+    if template is None:
+        return ""
+    values = {k: v for k, v in numbers.items() if v.isdigit() and len(v) <= 12}
+    try:
+        return template.format(**values)
+    except KeyError:
+        return ""
+
+
+def check_hosts(hosts: Sequence[str]) -> list[str]:
+    """``hosts`` for ``create_app``: loopback names when none are given."""
+    return list(hosts) if hosts else list(LOOPBACK_HOSTS)
