@@ -48,6 +48,7 @@ from .records import (
 )
 from .schedules import Schedule, ScheduleRecord
 from .store import Store
+from .sync_oncall import SyncOnCallMethods
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -245,7 +246,7 @@ class SyncHandle(Generic[R]):
         return self._call("get_event", key, timeout)
 
 
-class SyncClient:
+class SyncClient(SyncOnCallMethods):
     """A blocking :class:`~durable_core.client.DurableClient` on the store for ``url``
     (default: ``DURABLE_DATABASE_URL``), safe to share between threads and across a fork.
 
@@ -478,3 +479,8 @@ class SyncClient:
     def delete_schedule(self, name: str) -> None:
         """Delete the schedule ``name`` (not the workflows it started)."""
         self.call(self.client.delete_schedule, name)
+
+    def trigger_schedule(self, name: str) -> SyncHandle[Any]:
+        """Start the workflow of schedule ``name`` now (see
+        :meth:`DurableClient.trigger_schedule`)."""
+        return self._wrap(self.call(self.client.trigger_schedule, name))
