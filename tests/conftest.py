@@ -35,6 +35,15 @@ MYSQL_URL = _per_process(
 )
 
 
+def scratch_name(name: str) -> str:
+    """The name of a test's extra database ``name``, made this test run's own: suffixed with
+    the test database's name when that is not the default (another checkout's run on the
+    same servers), so runs side by side never drop each other's databases."""
+    stem = re.sub(r"[?].*$", "", POSTGRES_URL).rsplit("/", 1)[1]
+    default = _per_process("postgresql:///durable_test").rsplit("/", 1)[1]
+    return name if stem == default else f"{name}_{stem}"[:63]
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
@@ -140,6 +149,7 @@ async def fresh_postgres_database(postgres_url: str, name: str) -> str:
     import asyncpg
 
     base = postgres_url.replace("postgresql+asyncpg://", "postgresql://").rsplit("/", 1)[0]
+    name = scratch_name(name)
     admin = await asyncpg.connect(f"{base}/postgres")
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -168,7 +178,7 @@ async def empty_mysql_database(name: str) -> str:
 
     from durable_mysql import ensure_database
 
-    url = MYSQL_URL.rsplit("/", 1)[0] + f"/{name}"
+    url = MYSQL_URL.rsplit("/", 1)[0] + f"/{scratch_name(name)}"
     await ensure_database(url)
     engine = create_async_engine(url.replace("mysql://", "mysql+aiomysql://", 1))
     try:

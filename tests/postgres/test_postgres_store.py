@@ -42,6 +42,7 @@ from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
 from durable_postgres.dialect import PostgresStatements
+from tests.conftest import scratch_name
 
 ROUTES = [Route(Queue("default"), ("tests.flow",), 1000)]
 """Every row these tests claim."""
@@ -750,11 +751,12 @@ async def test_store_not_open_is_a_store_error() -> None:
 @pytest.fixture
 async def empty_database_url(postgres_url: str) -> str:
     """A database with no durable tables in it."""
-    url = with_database(postgres_url, "durable_pg_empty")
+    name = scratch_name("durable_pg_empty")
+    url = with_database(postgres_url, name)
     admin = await asyncpg.connect(with_database(postgres_url, "postgres"))
     try:
-        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = 'durable_pg_empty'"):
-            await admin.execute('CREATE DATABASE "durable_pg_empty"')
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
     conn = await asyncpg.connect(url)

@@ -79,7 +79,7 @@ async def test_tables_dropped_under_a_running_worker_stop_it_with_one_line(
                 await db.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
                     "AND query LIKE 'LISTEN%'",
-                    DATABASE,
+                    empty_url.rsplit("/", 1)[1],
                 )
             )
 
