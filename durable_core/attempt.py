@@ -21,14 +21,14 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
 
-from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import enter_step, leave_step
+from .durations import utcnow
 from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from .failures import dump_error, error_record
 from .group_commit import GroupCommit
@@ -41,8 +41,19 @@ from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
 from .suspension import Suspension, stopped
 
-if TYPE_CHECKING:
-    from .steps import Step
+
+class StepBody(Protocol):
+    """What the attempt runs of a step (a :class:`~durable_core.steps.Step`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def retry(self) -> RetryPolicy | None: ...
+
+    async def run_body(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the step's function once, bounded by its timeout."""
+        ...
 
 
 class Keeper(Protocol):
@@ -158,7 +169,7 @@ class Attempt:
 
     # -- the door: what a body does -------------------------------------------------------------
 
-    async def run_step(self, step: Step[Any, Any], args: tuple[Any, ...], kwargs: Any) -> Any:
+    async def run_step(self, step: StepBody, args: tuple[Any, ...], kwargs: Any) -> Any:
         """Run ``step`` durably: its recorded output on a replay, else its body, retried by
         its policy, with each try and its end recorded."""
         call = self.journal.call(step.name)

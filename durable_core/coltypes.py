@@ -22,11 +22,6 @@ EARLIEST = datetime.min.replace(tzinfo=UTC)
 _YEAR = re.compile(r"\s*(-?)0*(\d+)-")
 
 
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend.
 

@@ -15,6 +15,12 @@ from datetime import UTC, datetime, timedelta
 
 from .errors import InvalidDurationError
 
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
 MAX_DURATION = timedelta(days=36525)
 """The longest duration, and the farthest deadline from now, accepted: 100 years."""
 

@@ -21,9 +21,9 @@ import anyio
 
 from . import settling
 from .attempt import Attempt, Ending
-from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import WorkflowContext
+from .durations import utcnow
 from .errors import BodyRaisedError, FrameworkError, LeaseLostError
 from .group_commit import GroupCommit
 from .leases import LeaseKeeper

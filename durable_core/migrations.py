@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import ops
 
-from .coltypes import utcnow
+from .durations import utcnow
 from .errors import ConfigurationError
 from .schema import SCHEMA_VERSION, schema_versions
 from .schema_history import VERSIONS, VERSIONS_TABLE, SchemaVersion

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from .durations import seconds
 from .errors import ConfigurationError
-from .records import DEFAULT_QUEUE
 
 MAX_QUEUE_NAME = 255
+
+DEFAULT_QUEUE = "default"
+"""The queue of a workflow that names none."""
 
 
 @dataclass(frozen=True, slots=True)

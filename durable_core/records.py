@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .errors import ConfigurationError
-
-DEFAULT_QUEUE = "default"
-"""The queue of a workflow that names none."""
+from .queues import DEFAULT_QUEUE
 
 
 class WorkflowStatus(enum.StrEnum):

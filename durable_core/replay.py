@@ -24,10 +24,10 @@ import anyio
 import anyio.lowlevel
 
 from .attempt import Attempt
-from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import WorkflowContext
-from .errors import ConfigurationError, DeterminismError, FrameworkError
+from .durations import utcnow
+from .errors import ConfigurationError, DeterminismError, FrameworkError, WorkflowNotFoundError
 from .failures import error_record
 from .records import ClaimedWorkflow, Lease, StepRecord, StepStatus, WorkflowStatus
 from .registry import Registry, default_registry
@@ -229,9 +229,9 @@ async def replay(history: History, registry: Registry | None = None) -> Divergen
 
 async def export(store: Store, workflow_id: str) -> History:
     """The history of ``workflow_id`` in ``store``."""
-    from .handle import WorkflowHandle
-
-    record = await WorkflowHandle(store, workflow_id).info()
+    record = await store.get_workflow(workflow_id)
+    if record is None:
+        raise WorkflowNotFoundError(f"no workflow with id {workflow_id!r} in {store.description}")
     steps = await store.load_steps(workflow_id)
     return History(
         workflow_id=record.id,

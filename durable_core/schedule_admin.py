@@ -1,8 +1,7 @@
-"""Adding, listing, pausing, resuming and deleting schedules, from code and at worker start.
+"""Adding, listing, pausing, resuming and deleting schedules, from code.
 
 :class:`ScheduleMethods` gives :class:`~durable_core.client.DurableClient` its
-schedule methods; :func:`save_declared` writes the schedules declared with
-``@workflow(schedule=...)`` when a worker starts.
+schedule methods.
 """
 
 from __future__ import annotations
@@ -11,73 +10,20 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .coltypes import utcnow
 from .config import default_max_attempts
 from .context import body_effect
+from .durations import utcnow
 from .errors import ScheduleConflictError, ScheduleNotFoundError
 from .handle import WorkflowHandle
-from .records import DEFAULT_QUEUE, NewWorkflow
+from .queues import DEFAULT_QUEUE
+from .records import NewWorkflow
 from .redaction import get_logger
-from .registry import Registry, Workflow, as_workflow, check_arguments, default_registry
-from .scheduler import tick_workflow
-from .schedules import Cron, Schedule, ScheduleRecord, check_name
-from .serialization import encode_arguments
+from .registry import as_workflow, default_registry
+from .scheduler import schedule_record, tick_workflow
+from .schedules import Schedule, ScheduleRecord
 from .store import Store, WorkerRegistry
 
 logger = get_logger("durable_core.scheduler")
-
-
-def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule) -> ScheduleRecord:
-    """The row of a new schedule ``name`` starting ``workflow`` on ``schedule``, its first
-    tick the next one from now. Raises unless the arguments fit the workflow."""
-    check_name(name)
-    check_arguments(workflow, schedule.args, schedule.kwargs, scheduled=True)
-    payload = encode_arguments(
-        tuple(schedule.args),
-        dict(schedule.kwargs),
-        what=f"arguments of schedule {name} (workflow {workflow.name})",
-    )
-    now = utcnow()
-    return ScheduleRecord(
-        name=name,
-        workflow_name=workflow.name,
-        cron=schedule.cron,
-        timezone=schedule.timezone,
-        input=payload,
-        queue=schedule.queue,
-        paused=False,
-        catch_up=schedule.catch_up,
-        next_tick=Cron(schedule.cron, schedule.timezone).next_after(now),
-        last_tick=None,
-        created_at=now,
-        updated_at=now,
-    )
-
-
-async def save_declared(store: Store, registry: Registry) -> int:
-    """Write every schedule declared with ``@workflow(schedule=...)`` in ``registry``,
-    named after its workflow: a new one is added; one whose declaration changed is
-    updated (its next tick too when its times changed); a paused one stays paused.
-    Returns how many were added or changed."""
-    changed = 0
-    for name in registry.names():
-        definition = registry.get(name)
-        if definition.schedule is None:
-            continue
-        row = schedule_record(definition.name, definition, definition.schedule)
-        if await store.add_schedule(row):
-            changed += 1
-            logger.info("schedule %s added: %s (%s)", row.name, row.cron, row.timezone)
-            continue
-        found = await store.get_schedule(row.name)
-        if found is None or found.same_definition(row):
-            continue
-        if found.same_timing(row):
-            row = ScheduleRecord(**{**row.__dict__, "next_tick": found.next_tick})
-        await store.update_schedule(row)
-        changed += 1
-        logger.info("schedule %s updated: %s (%s)", row.name, row.cron, row.timezone)
-    return changed
 
 
 class ScheduleMethods:

@@ -9,24 +9,37 @@ on any other store it also wakes after the poll interval, to see schedules added
 meanwhile. Firing: the store moves the schedule's next tick on only if no other
 worker has (a conditional UPDATE), and starts the tick's workflows in the same
 transaction, under ids derived from the schedule and the tick. So each tick
-starts exactly one workflow however many workers run.
+starts exactly one workflow however many workers run. At start a worker saves the
+schedules declared with ``@workflow(schedule=...)`` (:func:`save_declared`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import anyio
 
-from .coltypes import utcnow
 from .config import WorkflowConfig
+from .durations import utcnow
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from .hooks import observers, workflow_headers
-from .records import DEFAULT_QUEUE, NewWorkflow
+from .queues import DEFAULT_QUEUE
+from .records import NewWorkflow
 from .redaction import get_logger
-from .registry import Registry
-from .schedules import SCHEDULE_HEADER, TICK_HEADER, ScheduleRecord, plan, tick_workflow_id
+from .registry import Registry, Workflow, check_arguments
+from .schedules import (
+    SCHEDULE_HEADER,
+    TICK_HEADER,
+    Cron,
+    Schedule,
+    ScheduleRecord,
+    check_name,
+    plan,
+    tick_workflow_id,
+)
+from .serialization import encode_arguments
 from .store import ScheduleFeed, Store
 
 logger = get_logger("durable_core.scheduler")
@@ -177,3 +190,56 @@ def tick_workflow(
         queue=schedule.queue or queue,
         headers={**headers, SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
     )
+
+
+def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule) -> ScheduleRecord:
+    """The row of a new schedule ``name`` starting ``workflow`` on ``schedule``, its first
+    tick the next one from now. Raises unless the arguments fit the workflow."""
+    check_name(name)
+    check_arguments(workflow, schedule.args, schedule.kwargs, scheduled=True)
+    payload = encode_arguments(
+        tuple(schedule.args),
+        dict(schedule.kwargs),
+        what=f"arguments of schedule {name} (workflow {workflow.name})",
+    )
+    now = utcnow()
+    return ScheduleRecord(
+        name=name,
+        workflow_name=workflow.name,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        input=payload,
+        queue=schedule.queue,
+        paused=False,
+        catch_up=schedule.catch_up,
+        next_tick=Cron(schedule.cron, schedule.timezone).next_after(now),
+        last_tick=None,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def save_declared(store: Store, registry: Registry) -> int:
+    """Write every schedule declared with ``@workflow(schedule=...)`` in ``registry``,
+    named after its workflow: a new one is added; one whose declaration changed is
+    updated (its next tick too when its times changed); a paused one stays paused.
+    Returns how many were added or changed."""
+    changed = 0
+    for name in registry.names():
+        definition = registry.get(name)
+        if definition.schedule is None:
+            continue
+        row = schedule_record(definition.name, definition, definition.schedule)
+        if await store.add_schedule(row):
+            changed += 1
+            logger.info("schedule %s added: %s (%s)", row.name, row.cron, row.timezone)
+            continue
+        found = await store.get_schedule(row.name)
+        if found is None or found.same_definition(row):
+            continue
+        if found.same_timing(row):
+            row = ScheduleRecord(**{**row.__dict__, "next_tick": found.next_tick})
+        await store.update_schedule(row)
+        changed += 1
+        logger.info("schedule %s updated: %s (%s)", row.name, row.cron, row.timezone)
+    return changed

@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import durations
-from .coltypes import utcnow
 from .config import WorkflowConfig
+from .durations import utcnow
 from .errors import InvalidStateError
 from .executor import Executor
 from .handle import WorkflowHandle

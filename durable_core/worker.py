@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import anyio
 from anyio.abc import TaskGroup
 
-from .coltypes import utcnow
 from .config import WorkflowConfig
+from .durations import utcnow
 from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
 from .executor import Executor
 from .group_commit import group_commit
@@ -31,8 +31,7 @@ from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
 from .redaction import get_logger
 from .registry import Registry, default_registry
-from .schedule_admin import save_declared
-from .scheduler import Scheduler
+from .scheduler import Scheduler, save_declared
 from .store import CancelFeed, Claimer, Store, WorkerRegistry
 
 logger = get_logger("durable_core.worker")

@@ -26,8 +26,7 @@ from durable_core import (
 from durable_core.config import WorkflowConfig
 from durable_core.queues import Queue, Route
 from durable_core.registry import Registry
-from durable_core.schedule_admin import save_declared
-from durable_core.scheduler import Scheduler
+from durable_core.scheduler import Scheduler, save_declared
 from durable_core.schedules import ScheduleRecord, tick_workflow_id
 from durable_core.store import Claimer, ScheduleFeed, Store
 from durable_core.testing import WorkflowRunner

@@ -13,8 +13,8 @@ import pytest
 from ..client import DurableClient
 from ..config import WorkflowConfig
 from ..errors import ClaimNotSupportedError, LeaseLostError
-from ..queues import Queue, RateLimit, Route
-from ..records import DEFAULT_QUEUE, ClaimedWorkflow, StepStatus, WorkflowStatus
+from ..queues import DEFAULT_QUEUE, Queue, RateLimit, Route
+from ..records import ClaimedWorkflow, StepStatus, WorkflowStatus
 from ..store import Claimer, Store
 from ..worker import WorkflowWorker
 from . import workflows as wfs

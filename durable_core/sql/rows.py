@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..coltypes import utcnow
+from ..durations import utcnow
 from ..errors import CorruptRecordError
 from ..records import (
     AttemptRecord,
