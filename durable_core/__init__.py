@@ -34,6 +34,7 @@ from .errors import (
     InvalidDurationError,
     InvalidStateError,
     LeaseLostError,
+    NonRetryableError,
     NotAWorkflowError,
     RegistrationError,
     ScheduleConflictError,
@@ -44,6 +45,7 @@ from .errors import (
     StatsNotSupportedError,
     StepInputMismatchError,
     StepNameMismatchError,
+    StepTimeoutError,
     StoreError,
     StoreUnavailableError,
     UnknownWorkflowError,
@@ -65,7 +67,7 @@ from .patching import deprecate_patch, patched
 from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow
-from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
+from .retry import RetryPolicy
 from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store

@@ -244,6 +244,18 @@ class ValueTooLargeError(StoreError):
     retryable = False
 
 
+class NonRetryableError(FrameworkError):
+    """Raise it (or a subclass) from a step or a body to fail the workflow at once, with no
+    retry by any policy."""
+
+    retryable = False
+
+
+class StepTimeoutError(FrameworkError, TimeoutError):
+    """A step body ran longer than its ``timeout``; a failure of that step, retried by its
+    policy."""
+
+
 __all__ = [
     "BlockingCallInEventLoopError",
     "BodyRaisedError",
@@ -279,6 +291,8 @@ __all__ = [
     "WorkflowConflictError",
     "WorkflowFailedError",
     "WorkflowNotFinishedError",
+    "NonRetryableError",
+    "StepTimeoutError",
     "WorkflowNotFoundError",
     "WorkflowTimeoutError",
 ]

@@ -75,15 +75,3 @@ class RetryPolicy:
         if isinstance(error, FrameworkError) and not error.retryable:
             return False
         return isinstance(error, self.retry_on) and not isinstance(error, self.give_up_on)
-
-
-class NonRetryableError(FrameworkError):
-    """Raise it (or a subclass) from a step or a body to fail the workflow at once, with no
-    retry by any policy."""
-
-    retryable = False
-
-
-class StepTimeoutError(FrameworkError, TimeoutError):
-    """A step body ran longer than its ``timeout``; a failure of that step, retried by its
-    policy."""

@@ -13,9 +13,9 @@ import anyio.to_thread
 
 from . import durations
 from .context import WorkflowContext, inside_step
-from .errors import RegistrationError
+from .errors import RegistrationError, StepTimeoutError
 from .registry import declared_timeout, qualified_name
-from .retry import RetryPolicy, StepTimeoutError
+from .retry import RetryPolicy
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -99,7 +99,7 @@ def workflow_step(
 
     ``retry`` retries a failing step inside the same attempt, without replaying the
     body; when the policy gives up, the workflow fails. ``timeout`` cancels a body
-    that runs longer (a :class:`~durable_core.retry.StepTimeoutError`, retried by
+    that runs longer (a :class:`~durable_core.errors.StepTimeoutError`, retried by
     the policy)."""
     seconds = declared_timeout(timeout, "@workflow_step timeout")
     if retry is not None and not isinstance(retry, RetryPolicy):

@@ -11,8 +11,13 @@ import pytest
 
 from durable_core import DurableClient, StepStatus, WorkflowStatus, workflow, workflow_step
 from durable_core.config import WorkflowConfig
-from durable_core.errors import ConfigurationError, RegistrationError
-from durable_core.retry import NonRetryableError, RetryPolicy, StepTimeoutError
+from durable_core.errors import (
+    ConfigurationError,
+    NonRetryableError,
+    RegistrationError,
+    StepTimeoutError,
+)
+from durable_core.retry import RetryPolicy
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
 

@@ -102,9 +102,9 @@ async def test_a_step_is_retried_with_exponential_backoff_within_one_attempt(
 NOT_RETRIED = {
     "give_up_on": ("tests.worker.app.CardDeclined", "card declined for give_up_on"),
     "retry_on": ("builtins.ValueError", "bad order retry_on"),
-    "non_retryable": ("durable_core.retry.NonRetryableError", "order non_retryable refused"),
+    "non_retryable": ("durable_core.errors.NonRetryableError", "order non_retryable refused"),
     "non_retryable_no_policy": (
-        "durable_core.retry.NonRetryableError",
+        "durable_core.errors.NonRetryableError",
         "order non_retryable_no_policy refused, no policy",
     ),
 }
@@ -176,7 +176,7 @@ async def test_a_step_timeout_stops_a_stuck_step(
     assert (step["status"], step["attempts"]) == ("failed", 1)
     error = await handle.error()
     assert error is not None
-    assert error["type"] == "durable_core.retry.StepTimeoutError"
+    assert error["type"] == "durable_core.errors.StepTimeoutError"
     assert "ran longer than its timeout of 0.3s" in error["message"]
     assert (await handle.info()).attempts == 1
 
