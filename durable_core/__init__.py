@@ -61,9 +61,10 @@ from .errors import (
 )
 from .executor import Executor
 from .handle import WorkflowHandle
-from .hooks import hookimpl, register_observer, unregister_observer
+from .hookspecs import hookimpl
 from .operators import WorkflowFilter
 from .patching import deprecate_patch, patched
+from .plugins import register_observer, unregister_observer
 from .queues import Queue, RateLimit
 from .records import StepStatus, WorkflowStatus
 from .registry import Registry, Workflow, default_registry, workflow

@@ -32,8 +32,8 @@ from .durations import utcnow
 from .errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from .failures import dump_error, error_record
 from .group_commit import GroupCommit
-from .hooks import message_sent, observers
 from .journal import Call, Journal, derived_id
+from .plugins import message_sent, observers
 from .records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
 from .redaction import get_logger
 from .retry import RetryPolicy

@@ -12,7 +12,7 @@ import os
 import re
 
 from .errors import ConfigurationError, InvalidDatabaseURLError
-from .hooks import broken_plugins, plugin_manager
+from .plugins import broken_plugins, plugin_manager
 from .redaction import redact
 from .store import Store
 

@@ -32,8 +32,8 @@ from .errors import (
     StatsNotSupportedError,
 )
 from .handle import WorkflowHandle
-from .hooks import message_sent, observers, workflow_headers
 from .oncall import OnCallMethods
+from .plugins import message_sent, observers, workflow_headers
 from .queues import MAX_QUEUE_NAME, Queue, queue_name
 from .records import (
     FOREVER,

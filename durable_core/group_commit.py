@@ -29,7 +29,7 @@ from typing import Protocol
 import anyio
 
 from .errors import LeaseLostError
-from .hooks import observers
+from .plugins import observers
 from .records import Lease, Settlement, StepStatus, StepWrite, Wait, WorkflowStatus
 from .store import BatchWriter, Store
 

@@ -29,7 +29,8 @@ from anyio.from_thread import BlockingPortal
 
 from .client import DurableClient
 from .errors import ConfigurationError, FrameworkError
-from .hooks import hookimpl, plugin_manager
+from .hookspecs import hookimpl
+from .plugins import plugin_manager
 from .records import BacklogRecord, WorkflowStatus
 from .redaction import get_logger
 from .store import Store

@@ -28,7 +28,8 @@ from datetime import datetime
 from typing import Any
 
 from .errors import ConfigurationError
-from .hooks import hookimpl, plugin_manager
+from .hookspecs import hookimpl
+from .plugins import plugin_manager
 
 try:
     from opentelemetry import context as otel_context

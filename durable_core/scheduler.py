@@ -24,7 +24,7 @@ import anyio
 from .config import WorkflowConfig
 from .durations import utcnow
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
-from .hooks import observers, workflow_headers
+from .plugins import observers, workflow_headers
 from .queues import DEFAULT_QUEUE
 from .records import NewWorkflow
 from .redaction import get_logger

@@ -12,7 +12,7 @@ import contextlib
 from .attempt import Attempt, Ending
 from .errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
 from .failures import dump_error, error_record
-from .hooks import observers
+from .plugins import observers
 from .records import WorkflowStatus
 from .redaction import get_logger
 

@@ -25,8 +25,8 @@ from .durations import utcnow
 from .errors import ClaimNotSupportedError, FrameworkError, StoreUnavailableError
 from .executor import Executor
 from .group_commit import group_commit
-from .hooks import observers
 from .operators import WorkerRecord
+from .plugins import observers
 from .queues import Queue, check_queue_name, routes
 from .records import ClaimedWorkflow
 from .redaction import get_logger

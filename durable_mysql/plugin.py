@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from durable_core.backends import driver_installed, require_driver
-from durable_core.hooks import hookimpl
+from durable_core.hookspecs import hookimpl
 from durable_core.store import Store
 
 

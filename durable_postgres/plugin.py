@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from durable_core.backends import driver_installed, require_driver
-from durable_core.hooks import hookimpl
+from durable_core.hookspecs import hookimpl
 from durable_core.store import EmbeddedDatabase, Store
 
 

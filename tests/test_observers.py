@@ -35,7 +35,8 @@ from durable_core import (
 )
 from durable_core.contract import workflows as wfs
 from durable_core.contract.support import unique_name
-from durable_core.hooks import ObserverSpec, plugin_manager
+from durable_core.hookspecs import ObserverSpec
+from durable_core.plugins import plugin_manager
 from durable_core.schema import WORKFLOW_TABLES, workflows
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
@@ -468,7 +469,7 @@ def test_the_observer_is_registered_by_its_entry_point() -> None:
 
 def test_a_plugin_named_in_durable_block_plugins_is_not_loaded() -> None:
     probe = (
-        "from durable_core.hooks import plugin_manager\n"
+        "from durable_core.plugins import plugin_manager\n"
         "m = plugin_manager()\n"
         "print(m.get_plugin('example_observer') is None, m.is_blocked('example_observer'),"
         " m.get_plugin('postgres') is not None)"
@@ -602,7 +603,7 @@ async def test_a_raising_observer_leaves_the_outcome_unchanged_and_is_logged(
     register_observer(exploding, name="exploding-observer")
     try:
         wfs.FAILURES[key] = 1
-        with caplog.at_level(logging.ERROR, logger="durable_core.hooks"):
+        with caplog.at_level(logging.ERROR, logger="durable_core.plugins"):
             handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
             runner = WorkflowRunner(
                 sqlite_store, WorkflowConfig(retry_backoff_secs=0), worker_id="obs-5"
@@ -615,7 +616,7 @@ async def test_a_raising_observer_leaves_the_outcome_unchanged_and_is_logged(
     assert wfs.CALLS[key] == ["one", "two", "two", "three"]
     assert shape(recorder.for_workflow(handle.id)) == expected_retry_once()
     assert exploding.calls == 14
-    logged = [r for r in caplog.records if r.name == "durable_core.hooks"]
+    logged = [r for r in caplog.records if r.name == "durable_core.plugins"]
     assert len(logged) == 14
     assert all("exploding-observer raised in durable_" in r.getMessage() for r in logged)
     assert all(r.exc_info is not None and "observer bug" in str(r.exc_info[1]) for r in logged)
@@ -740,7 +741,7 @@ async def test_headers_observers_add_are_stored_and_reach_the_claim(
     for plugin in plugins:
         register_observer(plugin)
     try:
-        with caplog.at_level(logging.ERROR, logger="durable_core.hooks"):
+        with caplog.at_level(logging.ERROR, logger="durable_core.plugins"):
             handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
             await WorkflowRunner(sqlite_store).run_until_complete(handle)
     finally:

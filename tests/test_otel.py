@@ -36,7 +36,7 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.cli import import_app
-from durable_core.hooks import plugin_manager, workflow_headers
+from durable_core.plugins import plugin_manager, workflow_headers
 from durable_core.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_core.worker import WorkflowWorker

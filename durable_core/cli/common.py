@@ -14,7 +14,7 @@ from typing import Any
 
 from ..backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
 from ..errors import ConfigurationError
-from ..hooks import plugin_manager
+from ..plugins import plugin_manager
 from ..redaction import REDACTING, get_logger
 from ..store import EmbeddedDatabase, Store
 from .output import printable

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_core.hooks import plugin_manager
+from durable_core.plugins import plugin_manager
 
 pytest_plugins = ["pytester"]
 

@@ -20,7 +20,7 @@ from durable_core import store_from_url
 from durable_core.backends import url_forms
 from durable_core.contract import NoClaimerContract, StoreContract, Tamper
 from durable_core.errors import InvalidDatabaseURLError
-from durable_core.hooks import plugin_manager
+from durable_core.plugins import plugin_manager
 from durable_core.store import Claimer, Store
 
 

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from durable_core.errors import StoreError, StoreUnavailableError
-from durable_core.hooks import plugin_manager
+from durable_core.plugins import plugin_manager
 from durable_core.queues import Queue, Route
 from durable_core.records import NewWorkflow, WorkflowStatus
 from durable_postgres import EmbeddedPostgres, PostgresStore

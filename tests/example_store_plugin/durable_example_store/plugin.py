@@ -3,7 +3,7 @@ written from scratch), ``example+sql:///path`` to an :class:`ExampleSQLStore` (t
 
 from __future__ import annotations
 
-from durable_core.hooks import hookimpl
+from durable_core.hookspecs import hookimpl
 from durable_core.store import Store
 
 
