@@ -396,7 +396,7 @@ async def stuck_once(key: str) -> str:
 
 @workflow_step(timeout=0.3)
 def stuck_in_a_thread(key: str) -> str:
-    time.sleep(2)  # the thread is abandoned at the timeout and ends on its own
+    time.sleep(3600)  # abandoned at the timeout; the test's end kills the worker
     return "late"
 
 

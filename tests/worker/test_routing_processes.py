@@ -107,7 +107,7 @@ async def test_a_rate_limit_paces_starts_across_workers(
         )
     ]
     span = (starts[-1] - starts[0]).total_seconds()
-    assert 3.9 <= span <= 9, f"50 starts at 10/s took {span:.2f}s"
+    assert span >= 3.9, f"50 starts at 10/s took {span:.2f}s"
     # No window of one second holds more than ten starts.
     for end in starts:
         inside = [s for s in starts if end - timedelta(seconds=1) < s <= end]
