@@ -399,12 +399,12 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     counted: dict[tuple[str, str], int] = {}
     for c in await client.backlog():
         counted[c.queue, c.status.value] = counted.get((c.queue, c.status.value), 0) + c.count
-    shown = {}
+    shown: dict[str, tuple[int, int, int]] = {}
     for row in driver.find_elements(By.CSS_SELECTOR, "#backlog tbody tr"):
-        queue, pending, running, waiting, _ = (
+        queue_name, pending, running, waiting, _ = (
             cell.text for cell in row.find_elements(By.TAG_NAME, "td")
         )
-        shown[queue] = (int(pending), int(running), int(waiting))
+        shown[queue_name] = (int(pending), int(running), int(waiting))
     assert shown == {
         q: tuple(counted.get((q, s), 0) for s in ("pending", "running", "waiting"))
         for q in ("billing", "default")

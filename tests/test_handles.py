@@ -345,9 +345,9 @@ async def test_output_of_failed_and_pending_workflows(sqlite_store: SQLiteStore)
         assert "LookupError" in caught.value.error["traceback"]
     assert await failed.error() == caught.value.error
 
-    for read in (pending.output, pending.output_raw):
+    for read_pending in (pending.output, pending.output_raw):
         with pytest.raises(WorkflowNotFinishedError, match="pending"):
-            await read()
+            await read_pending()
     assert await pending.error() is None
 
     await sqlite_store.cancel_workflow(pending.id)

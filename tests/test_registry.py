@@ -51,7 +51,7 @@ async def redefined_flow() -> int:
 _first_redefined = redefined_flow
 
 
-@workflow(registry=REDEFINED)
+@workflow(registry=REDEFINED)  # type: ignore[no-redef]  # the redefinition is the case
 async def redefined_flow() -> int:
     return 2
 

@@ -20,6 +20,7 @@ from durable_core import (
     NonRetryableError,
     RetryPolicy,
     Schedule,
+    Workflow,
     WorkflowContext,
     current_store,
     hookimpl,
@@ -533,7 +534,7 @@ async def pick_then_schedule() -> str:
     return value
 
 
-ONE_DOOR = {
+ONE_DOOR: dict[str, Workflow[..., str]] = {
     "child": pick_then_start,
     "send": pick_then_send,
     "event": pick_then_event,

@@ -73,11 +73,12 @@ async def step_row_running(sql: asyncpg.Connection, workflow_id: str, step_name:
 
 
 async def step_rows(sql: asyncpg.Connection, workflow_id: str) -> list[asyncpg.Record]:
-    return await sql.fetch(
+    rows: list[asyncpg.Record] = await sql.fetch(
         "SELECT step_index, step_name, status, attempts, error FROM workflow_steps "
         "WHERE workflow_id = $1 ORDER BY step_index",
         workflow_id,
     )
+    return rows
 
 
 async def test_a_step_is_retried_with_exponential_backoff_within_one_attempt(

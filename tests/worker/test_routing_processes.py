@@ -64,7 +64,7 @@ async def test_a_worker_serves_only_the_queues_it_is_given(
 
     async def urgent_done() -> bool:
         count = "SELECT count(*) FROM workflows WHERE queue = 'urgent' AND status = 'succeeded'"
-        return await sql.fetchval(count) == 3
+        return bool(await sql.fetchval(count) == 3)
 
     await eventually(urgent_done, timeout=30, what="the urgent queue to drain")
     await anyio.sleep(0.5)
@@ -147,7 +147,7 @@ async def test_a_crashed_workers_slots_are_freed_when_its_leases_expire(
     )
 
     async def holding_two() -> bool:
-        return await sql.fetchval(running_now) == 2
+        return bool(await sql.fetchval(running_now) == 2)
 
     await eventually(holding_two, timeout=30, what="the first worker to hold both slots")
     doomed.kill()

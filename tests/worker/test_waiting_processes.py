@@ -10,6 +10,7 @@ and the ``receipts`` table in which a step records what its body received.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -200,7 +201,9 @@ async def test_200_receivers_get_their_own_message_once_across_two_sigkills(
     pg: PostgresStore, workers: Workers, receipts: asyncpg.Connection, tmp_path: Path
 ) -> None:
     sql = receipts
-    settings = {"WORKFLOW_LOCK_TIMEOUT_SECS": LEASE, "WORKFLOW_CONCURRENCY": 8}
+    start = functools.partial(
+        workers.start, WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=8
+    )
     handles = await DurableClient(pg).start_workflows(app.receive_and_keep, [("pay",)] * 200)
     expected: dict[str, dict[str, object]] = {
         h.id: {"order": n, "cents": 100 + n} for n, h in enumerate(handles)
@@ -213,7 +216,7 @@ async def test_200_receivers_get_their_own_message_once_across_two_sigkills(
     held = [targets[5], targets[15], targets[150]]
     for workflow_id in held:
         expected[workflow_id]["hold"] = True
-    first = workers.start(**settings)
+    first = start()
     await statuses_reach(sql, "waiting", 200, timeout=30, waiting_for="message:pay")
 
     (tmp_path / "targets.json").write_text(json.dumps([(t, expected[t]) for t in targets]))
@@ -257,10 +260,10 @@ async def test_200_receivers_get_their_own_message_once_across_two_sigkills(
         kill(first)
         before_reclaim = await receive_rows(held[:2])
         assert len(before_reclaim) == 2, "the held receivers had received before the kill"
-        second = workers.start(**settings)
+        second = start()
         await progress(receipts=120, holds=3, settled=held[:2])
         kill(second)
-        third = workers.start(**settings)
+        third = start()
         await statuses_reach(sql, "succeeded", 200, timeout=60)
         out, _ = sender.communicate(timeout=30)
     finally:
