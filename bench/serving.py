@@ -8,7 +8,8 @@ import argparse
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import asyncpg
 
@@ -45,7 +46,7 @@ async def serve(
     loop.add_signal_handler(signal.SIGINT, stopping.set)
     listener = None
     if listen:
-        listener = await asyncpg.connect(dsn, **connect_options(application_name))  # type: ignore[arg-type]
+        listener = await asyncpg.connect(dsn, **connect_options(application_name))
         await listener.add_listener(sql.CHANNEL, lambda *_: notified.set())
     worker_id = f"{application_name}:{os.getpid()}"
     in_flight = 0
@@ -86,7 +87,7 @@ async def serve(
         await listener.close()
 
 
-def floor_main(prog: str, run_worker: Callable[..., Awaitable[None]]) -> None:
+def floor_main(prog: str, run_worker: Callable[..., Coroutine[Any, Any, None]]) -> None:
     """``python -m <prog>``: a floor worker process running ``run_worker`` with the command
     line's ``--url``, ``--concurrency``, ``--steps`` and ``--poll-ms``."""
     parser = argparse.ArgumentParser(prog=f"python -m {prog}")

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 import anyio.to_thread
 
@@ -69,6 +69,16 @@ class Step(Generic[P, R]):
         return f"<workflow_step {self.name}>"
 
 
+class StepDecorator(Protocol):
+    """What ``@workflow_step(...)`` with options returns: it keeps the function's types."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Step[P, R]: ...
+
+
 @overload
 def workflow_step(fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
 
@@ -83,7 +93,7 @@ def workflow_step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
-) -> Callable[[Callable[P, Any]], Step[P, Any]]: ...
+) -> StepDecorator: ...
 
 
 def workflow_step(
@@ -93,7 +103,7 @@ def workflow_step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
-) -> Step[P, Any] | Callable[[Callable[P, Any]], Step[P, Any]]:
+) -> Step[P, Any] | StepDecorator:
     """Declare a step. An ``async def`` runs on the event loop; a plain ``def`` in a worker
     thread. Either way, callers ``await`` it. ``name`` defaults to ``module.qualname``.
 
@@ -108,7 +118,8 @@ def workflow_step(
     def decorate(func: Callable[P, Any]) -> Step[P, Any]:
         return Step(func, name=name or qualified_name(func), retry=retry, timeout=seconds)
 
-    return decorate if fn is None else decorate(fn)
+    # decorate is generic in what it decorates; mypy binds its P to this call's.
+    return cast(StepDecorator, decorate) if fn is None else decorate(fn)
 
 
 @contextmanager

@@ -321,7 +321,7 @@ async def test_sqlite_is_no_claimer_and_the_worker_says_it_needs_postgres(
     before = snapshot(sqlite_store)
 
     worker = WorkflowWorker(sqlite_store, WorkflowConfig())
-    with anyio.fail_after(5), pytest.raises(ClaimNotSupportedError, match="PostgreSQL") as caught:
+    with anyio.fail_after(120), pytest.raises(ClaimNotSupportedError, match="PostgreSQL") as caught:
         await worker.run()
     assert sqlite_store.description in str(caught.value)
     assert "WorkflowRunner" in str(caught.value)

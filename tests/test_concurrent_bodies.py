@@ -266,7 +266,7 @@ async def test_a_sleep_ending_while_another_branch_runs_goes_on_in_the_same_atte
 
 
 @workflow
-async def changes_its_mind() -> list[str]:
+async def changes_its_mind() -> list[object]:
     return list(await asyncio.gather(count("one"), _branch("c", 1), count("two")))
 
 
@@ -278,11 +278,11 @@ async def test_a_determinism_error_in_a_concurrent_body_names_the_index_and_both
     # The branch at path 1 ran `after`; a body now calling `count` there breaks the contract.
     client = DurableClient(store)
     forked = await client.fork(handle.id, from_step=3)
-    changes_its_mind.fn = _changed_mind  # type: ignore[method-assign]
+    changes_its_mind.fn = _changed_mind
     try:
         assert await runner(store).run_once(forked) is WorkflowStatus.FAILED
     finally:
-        changes_its_mind.fn = _original_mind  # type: ignore[method-assign]
+        changes_its_mind.fn = _original_mind
     error = await forked.error()
     assert error is not None and error["type"].endswith("StepNameMismatchError")
     assert StepNameMismatchError.__name__ in error["type"]
@@ -294,7 +294,7 @@ async def test_a_determinism_error_in_a_concurrent_body_names_the_index_and_both
 _original_mind = changes_its_mind.fn
 
 
-async def _changed_mind() -> list[str]:
+async def _changed_mind() -> list[object]:
     async def other() -> list[str]:
         return [await count("c0")]
 
@@ -319,6 +319,7 @@ async def test_now_and_random_are_recorded_and_follow_the_runners_clock(store: S
     assert [s.step_name for s in first] == ["durable.now", "durable.random"]
     assert await run.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
     start, roll, end = await handle.output()
+    assert isinstance(start, str) and isinstance(roll, float) and isinstance(end, str)
     assert json.loads(first[0].output or "") == start, "the replay returned the recorded time"
     assert json.loads(first[1].output or "") == roll and 0 <= roll < 1
     assert datetime.fromisoformat(end) - datetime.fromisoformat(start) >= timedelta(hours=5)

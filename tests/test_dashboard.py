@@ -255,7 +255,7 @@ def browser() -> Iterator[WebDriver]:
 
 
 def _wait_for(driver: WebDriver, css: str, text: str | None = None) -> None:
-    wait = WebDriverWait(driver, 10)
+    wait = WebDriverWait(driver, 60)  # only stops a hung test
     if text is None:
         wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
     else:
@@ -264,7 +264,7 @@ def _wait_for(driver: WebDriver, css: str, text: str | None = None) -> None:
 
 def _accept(driver: WebDriver) -> None:
     """Accept the confirmation the click asked for."""
-    WebDriverWait(driver, 5).until(expected_conditions.alert_is_present())
+    WebDriverWait(driver, 60).until(expected_conditions.alert_is_present())
     driver.switch_to.alert.accept()
 
 
@@ -345,7 +345,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
 
     # Retry asks first: dismissed, nothing changes; accepted, it is pending again.
     driver.find_element(By.ID, "retry").click()
-    WebDriverWait(driver, 5).until(expected_conditions.alert_is_present())
+    WebDriverWait(driver, 60).until(expected_conditions.alert_is_present())
     driver.switch_to.alert.dismiss()
     assert (await client.get(seeded.failed)).status is WorkflowStatus.FAILED
     driver.find_element(By.ID, "retry").click()
@@ -399,12 +399,12 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
     counted: dict[tuple[str, str], int] = {}
     for c in await client.backlog():
         counted[c.queue, c.status.value] = counted.get((c.queue, c.status.value), 0) + c.count
-    shown = {}
+    shown: dict[str, tuple[int, int, int]] = {}
     for row in driver.find_elements(By.CSS_SELECTOR, "#backlog tbody tr"):
-        queue, pending, running, waiting, _ = (
+        queue_name, pending, running, waiting, _ = (
             cell.text for cell in row.find_elements(By.TAG_NAME, "td")
         )
-        shown[queue] = (int(pending), int(running), int(waiting))
+        shown[queue_name] = (int(pending), int(running), int(waiting))
     assert shown == {
         q: tuple(counted.get((q, s), 0) for s in ("pending", "running", "waiting"))
         for q in ("billing", "default")
@@ -646,7 +646,7 @@ async def test_list_pages_and_live_refresh(seeded: Seeded, browser: WebDriver) -
         browser.get(f"{server.base}/?name={checkout.name}")
         _wait_for(browser, "tr.row")
         late = await client.start_workflow(checkout, "late", 1)
-        WebDriverWait(browser, 15).until(lambda d: _listed(d)[:1] == [late.id])
+        WebDriverWait(browser, 60).until(lambda d: _listed(d)[:1] == [late.id])
     finally:
         _stop(server)
 

@@ -203,6 +203,31 @@ async def test_retry_of_failed_workflow_resumes_from_cache(
 
 # -- step caching: succeeded replays, running reruns (crash + lease expiry) -----------------
 
+STUCK: dict[str, anyio.Event] = {}
+
+
+async def die_when_stuck(runner: WorkflowRunner, workflow_id: str, tag: str) -> None:
+    """Run one attempt until its step is stuck at ``tag``, then tear the attempt down, as
+    a worker dying there would: nothing settles the row."""
+    STUCK[tag] = anyio.Event()
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as group:
+            group.start_soon(runner.run_once, workflow_id)
+            await STUCK[tag].wait()
+            group.cancel_scope.cancel()
+
+
+def expire_lease(store: SQLiteStore, workflow_id: str) -> None:
+    """The lease runs out (time travel instead of waiting for it)."""
+    query(
+        store,
+        "UPDATE workflows SET locked_until = ? WHERE id = ?",
+        (
+            (datetime.now(UTC) - timedelta(seconds=1)).replace(tzinfo=None).isoformat(" "),
+            workflow_id,
+        ),
+    )
+
 
 @workflow_step
 async def crash_first() -> str:
@@ -216,6 +241,7 @@ async def crash_second(value: str) -> str:
     ctx = WorkflowContext.current()
     assert ctx is not None
     if ctx.attempt == 1:
+        STUCK["crash"].set()
         await anyio.sleep_forever()  # the worker "dies" here
     return value + "+second"
 
@@ -229,13 +255,13 @@ async def crash_flow() -> str:
 async def test_running_step_reruns_after_crash_and_lease_expiry(
     sqlite_store: SQLiteStore, effects: Callable[[str], int]
 ) -> None:
-    config = WorkflowConfig(lock_timeout_secs=1, retry_backoff_secs=0)
+    config = WorkflowConfig(lock_timeout_secs=30, retry_backoff_secs=0)
     handle = await DurableClient(sqlite_store).start_workflow(crash_flow)
 
     # A worker that dies mid-step: its task is torn down, nothing settles the row.
-    with anyio.move_on_after(0.3) as scope:
-        await WorkflowRunner(sqlite_store, config, worker_id="doomed").run_once(handle)
-    assert scope.cancelled_caught
+    await die_when_stuck(
+        WorkflowRunner(sqlite_store, config, worker_id="doomed"), handle.id, "crash"
+    )
     info = await handle.info()
     assert info.status is WorkflowStatus.RUNNING and info.attempts == 1
     assert info.locked_by == "doomed"
@@ -250,7 +276,7 @@ async def test_running_step_reruns_after_crash_and_lease_expiry(
         await survivor.run_once(handle)
 
     assert info.locked_until is not None
-    await anyio.sleep(max(0.0, (info.locked_until - datetime.now(UTC)).total_seconds()) + 0.05)
+    expire_lease(sqlite_store, handle.id)
     assert await survivor.run_once(handle) is WorkflowStatus.SUCCEEDED
     assert await handle.output() == "first+second"
     info = await handle.info()
@@ -865,6 +891,7 @@ async def test_bug_in_the_body_is_settled_not_left_running(
 @workflow_step
 async def reclaim_hang() -> None:
     effect("reclaim.hang")
+    STUCK["reclaim"].set()
     await anyio.sleep_forever()
 
 
@@ -878,15 +905,11 @@ async def test_reclaim_of_an_expired_lease_past_the_budget_fails_the_row(
     sqlite_store: SQLiteStore, effects: Callable[[str], int]
 ) -> None:
     handle = await DurableClient(sqlite_store).start_workflow(reclaim_budget_flow)
-    with anyio.move_on_after(0.2):
-        await WorkflowRunner(sqlite_store, FAST, worker_id="doomed").run_once(handle)
-    assert (await handle.info()).status is WorkflowStatus.RUNNING
-    # The lease runs out (time travel instead of a 30 s sleep).
-    query(
-        sqlite_store,
-        "UPDATE workflows SET locked_until = ? WHERE id = ?",
-        ((datetime.now(UTC) - timedelta(seconds=1)).replace(tzinfo=None).isoformat(" "), handle.id),
+    await die_when_stuck(
+        WorkflowRunner(sqlite_store, FAST, worker_id="doomed"), handle.id, "reclaim"
     )
+    assert (await handle.info()).status is WorkflowStatus.RUNNING
+    expire_lease(sqlite_store, handle.id)
     assert await WorkflowRunner(sqlite_store, FAST).run_once(handle) is WorkflowStatus.FAILED
     info = await handle.info()
     assert info.attempts == 2 and info.locked_by is None
@@ -895,10 +918,14 @@ async def test_reclaim_of_an_expired_lease_past_the_budget_fails_the_row(
     assert effects("reclaim.body") == 1 and effects("reclaim.hang") == 1  # not run again
 
 
+HEARTBEAT_RELEASE: list[anyio.Event] = []
+
+
 @workflow_step
 async def heartbeat_slow_step() -> str:
     effect("heartbeat.step")
-    await anyio.sleep(1.3)
+    STUCK["heartbeat"].set()
+    await HEARTBEAT_RELEASE[0].wait()  # until the test has seen the lease outlive its timeout
     return "slow"
 
 
@@ -912,6 +939,8 @@ async def test_heartbeat_keeps_the_lease_of_a_step_longer_than_the_lock_timeout(
 ) -> None:
     config = WorkflowConfig(lock_timeout_secs=1, retry_backoff_secs=0)
     handle = await DurableClient(sqlite_store).start_workflow(heartbeat_flow)
+    STUCK["heartbeat"] = anyio.Event()
+    HEARTBEAT_RELEASE[:] = [anyio.Event()]
     other = WorkflowRunner(sqlite_store, config, worker_id="thief")
     results: list[WorkflowStatus] = []
 
@@ -922,12 +951,18 @@ async def test_heartbeat_keeps_the_lease_of_a_step_longer_than_the_lock_timeout(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        await anyio.sleep(1.15)  # past the first lease, which would have expired at 1.0 s
+        with anyio.fail_after(120):
+            await STUCK["heartbeat"].wait()
+        first = (await handle.info()).locked_until
+        assert first is not None
+        await anyio.sleep((first - datetime.now(UTC)).total_seconds() + 0.15)
+        # Past the first lease's end: the heartbeat renewed it, so the step still holds it.
         info = await handle.info()
         assert info.status is WorkflowStatus.RUNNING and info.locked_by == "owner"
-        assert info.locked_until is not None and info.locked_until > datetime.now(UTC)
+        assert info.locked_until is not None and info.locked_until > first
         with pytest.raises(InvalidStateError):
             await other.run_once(handle)
+        HEARTBEAT_RELEASE[0].set()
     assert results == [WorkflowStatus.SUCCEEDED]
     info = await handle.info()
     assert info.attempts == 1 and info.locked_until is None

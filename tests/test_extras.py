@@ -27,7 +27,8 @@ def closure(requirement: str) -> dict[str, importlib.metadata.Distribution]:
     todo = [(Requirement(requirement), "")]
     while todo:
         req, extra = todo.pop()
-        environment = {**default_environment(), "extra": extra}
+        environment = {key: str(value) for key, value in default_environment().items()}
+        environment["extra"] = extra
         if req.marker is not None and not req.marker.evaluate(environment):
             continue
         name = canonicalize_name(req.name)

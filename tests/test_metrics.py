@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -122,7 +123,7 @@ def dashboard(database: Database) -> Iterator[str]:
         process.wait(timeout=30)
 
 
-async def becomes(handle: WorkflowHandle[object], status: WorkflowStatus) -> None:
+async def becomes(handle: WorkflowHandle[Any], status: WorkflowStatus) -> None:
     for _ in range(1200):
         if await handle.status() is status:
             return

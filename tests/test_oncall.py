@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 from durable_core import (
     DurableClient,
     Schedule,
+    Workflow,
     WorkflowConfig,
     WorkflowStatus,
     schema,
@@ -29,7 +31,7 @@ from durable_core import (
 from durable_core.errors import WaitTimeoutError
 from durable_core.operators import WorkerRecord, WorkflowFilter
 from durable_core.registry import Registry
-from durable_core.scheduler import SCHEDULE_HEADER
+from durable_core.schedules import SCHEDULE_HEADER
 from durable_core.store import OperatorQueries, Store, WorkerRegistry
 from durable_core.testing import WorkflowRunner
 from durable_core.worker import WorkflowWorker
@@ -121,11 +123,11 @@ async def store(request: pytest.FixtureRequest, databases: dict[str, Store]) -> 
     return made
 
 
-async def _run(store: Store, fn: object, *orders: str) -> list[str]:
+async def _run(store: Store, fn: Workflow[[str], Any], *orders: str) -> list[str]:
     client, runner = DurableClient(store), WorkflowRunner(store)
     ids = []
     for order in orders:
-        handle = await client.start_workflow(fn, order)  # type: ignore[arg-type]
+        handle = await client.start_workflow(fn, order)
         await runner.run_until_complete(handle)
         ids.append(handle.id)
     return ids

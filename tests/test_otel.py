@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 import durable_core.otel
 from durable_core import (
@@ -29,6 +29,7 @@ from durable_core import (
     RetryPolicy,
     WorkflowConfig,
     WorkflowContext,
+    WorkflowHandle,
     WorkflowStatus,
     recv,
     sleep,
@@ -187,14 +188,18 @@ def parent_of(span: ReadableSpan) -> int | None:
     return None if span.parent is None else span.parent.span_id
 
 
+def context_of(span: ReadableSpan) -> SpanContext:
+    context: SpanContext | None = span.context  # the SDK leaves ``context`` unannotated
+    assert context is not None
+    return context
+
+
 def span_id(span: ReadableSpan) -> int:
-    assert span.context is not None
-    return span.context.span_id
+    return context_of(span).span_id
 
 
 def trace_id(span: ReadableSpan) -> int:
-    assert span.context is not None
-    return span.context.trace_id
+    return context_of(span).trace_id
 
 
 async def test_one_trace_holds_the_request_the_attempt_and_each_step_try(
@@ -399,7 +404,7 @@ async def test_metrics_count_starts_settles_retries_and_time_steps_and_queue_wai
         DurableClient(sqlite_or_postgres, max_attempts=2),
         WorkflowRunner(sqlite_or_postgres),
     )
-    handles = [
+    handles: list[WorkflowHandle[Any]] = [
         await client.start_workflow(order_flow, ok),
         await client.start_workflow(stumbling, bad),
     ]
@@ -432,7 +437,7 @@ async def test_a_cancelled_attempt_ends_its_running_step_span(
 ) -> None:
     handle = await DurableClient(sqlite_store).start_workflow(self_cancelling)
     runner = WorkflowRunner(sqlite_store, WorkflowConfig(lock_timeout_secs=2))
-    with anyio.fail_after(10):  # the lease renewal, every second, finds it cancelled
+    with anyio.fail_after(120):  # the lease renewal, every second, finds it cancelled
         status = await runner.run_until_complete(handle)
     assert status is WorkflowStatus.CANCELLED
 

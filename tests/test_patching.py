@@ -7,6 +7,8 @@ registered workflow runs, as a deploy would; the instances started under version
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import durable_core
@@ -82,7 +84,7 @@ async def checkout(amount: int) -> str:
     return await receipt(total)
 
 
-async def step_names(handle: WorkflowHandle[object]) -> list[str]:
+async def step_names(handle: WorkflowHandle[Any]) -> list[str]:
     return [step.step_name for step in await handle.steps()]
 
 

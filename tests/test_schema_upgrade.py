@@ -252,7 +252,7 @@ async def test_a_version_3_database_with_a_waiting_workflow_is_upgraded_in_place
     assert (effects("add_one:4"), effects("double:15")) == (1, 1)
 
 
-FAILED_ONCE: set[str] = set()
+FAILED_ONCE: set[int] = set()
 
 
 @workflow_step

@@ -73,7 +73,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         asyncio.run(drop_postgres_database(location))
 
 
-def run(client: SyncClient, handle: SyncHandle[object]) -> WorkflowStatus:
+def run(client: SyncClient, handle: SyncHandle[Any]) -> WorkflowStatus:
     """Run ``handle``'s workflow in-process, as a worker would."""
     return client.call(WorkflowRunner(client.store).run_until_complete, handle.id)
 

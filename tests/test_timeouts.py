@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,7 +38,7 @@ def runner(store: Store) -> WorkflowRunner:
 @workflow_step
 async def slow(key: str) -> str:
     RAN.append(key)
-    await anyio.sleep(10)
+    await anyio.sleep(3600)  # only the workflow's timeout ends it
     return key
 
 
@@ -81,9 +80,8 @@ def timed_out(error: dict[str, object] | None) -> bool:
 
 async def test_a_timeout_stops_a_running_body(store: Store) -> None:
     handle = await DurableClient(store).start_workflow(runs_too_long, "r")
-    started = time.monotonic()
-    assert await runner(store).run_once(handle) is WorkflowStatus.CANCELLED
-    assert time.monotonic() - started < 2
+    with anyio.fail_after(120):
+        assert await runner(store).run_once(handle) is WorkflowStatus.CANCELLED
     assert timed_out(await handle.error())
     first, interrupted = await handle.steps()
     assert (first.status, interrupted.status) == (StepStatus.SUCCEEDED, StepStatus.CANCELLED)

@@ -71,10 +71,10 @@ async def sleeps_many_times(key: str, times: int) -> int:
 
 async def test_sleeping_a_hundred_times_costs_no_attempt(store: Store) -> None:
     handle = await DurableClient(store).start_workflow(sleeps_many_times, "many", 100)
-    started = time.monotonic()
-    assert await runner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    run = runner(store)
+    assert await run.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
     assert (await handle.info()).attempts == 1 and await handle.output() == 100
-    assert time.monotonic() - started < 30
+    assert run.clock.offset >= timedelta(hours=99.9), "the runner's clock skipped 100 hours"
 
 
 @workflow
@@ -142,7 +142,7 @@ async def test_sleep_outside_a_workflow_is_a_plain_sleep_and_checks_its_input() 
     started = time.monotonic()
     await durable_core.sleep(0.05)
     await durable_core.sleep_until(datetime.now(UTC) + timedelta(seconds=0.05))
-    assert 0.09 <= time.monotonic() - started < 2
+    assert time.monotonic() - started >= 0.09
     with pytest.raises(ConfigurationError, match="non-negative"):
         await durable_core.sleep(-1)
     with pytest.raises(ConfigurationError, match="timezone-aware"):
@@ -193,8 +193,9 @@ async def test_a_parents_wait_on_a_child_can_time_out(store: Store) -> None:
 async def test_get_event_returns_none_after_its_timeout(store: Store) -> None:
     handle = await DurableClient(store).start_workflow(outside_waits)
     started = time.monotonic()
-    assert await handle.get_event("never", timeout=0.2) is None
-    assert 0.2 <= time.monotonic() - started < 2
+    with anyio.fail_after(120):
+        assert await handle.get_event("never", timeout=0.2) is None
+    assert time.monotonic() - started >= 0.2
 
 
 @workflow

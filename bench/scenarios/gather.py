@@ -67,7 +67,17 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
     await store.open()
     client = DurableClient(store)
     try:
-        pairs = [
+        # label, (concurrent, in-turn) workflows, their args, rows, concurrency, expected
+        pairs: list[
+            tuple[
+                str,
+                tuple[Workflow[..., int], Workflow[..., int]],
+                tuple[object, ...],
+                int,
+                int,
+                int,
+            ]
+        ] = [
             (
                 f"{children} children, worker concurrency {concurrency}",
                 (app.gather_children, app.join_children_in_turn),

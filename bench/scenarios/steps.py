@@ -201,7 +201,7 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
         for concurrency in (1, 32)
         for _ in range(rounds)
     ]
-    null_executor = Executor(NullStore(), WorkflowConfig())  # type: ignore[arg-type]
+    null_executor = Executor(NullStore(), WorkflowConfig())
     null_us: list[float] = []
     cached_us: list[float] = []
     for _ in range(rounds):

@@ -31,6 +31,7 @@ from .listing_contract import ListingContract
 from .schedule_contract import ScheduleContract
 from .support import (
     ODD_TEXTS,
+    SAFETY_SECONDS,
     Tamper,
     big_text,
     new_workflow,
@@ -88,13 +89,22 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
 
     # -- helpers --------------------------------------------------------------
 
+    @pytest.fixture(autouse=True)
+    def contract_started_at(self) -> datetime:
+        """When this test began: what the store stamps during it comes after."""
+        self.started_at = datetime.now(UTC)
+        return self.started_at
+
     def assert_near_now(self, moment: datetime | None, *, offset: float = 0.0) -> None:
-        """``moment`` is timezone-aware and ``offset`` seconds from now, within tolerance."""
+        """``moment`` is aware UTC and ``offset`` seconds after a time during this test
+        (between its start and now), within ``clock_tolerance``: however slow the machine."""
         assert moment is not None
         assert moment.tzinfo is not None, f"{moment!r} is naive; stores return aware UTC times"
         assert moment.utcoffset() == timedelta(0), f"{moment!r} is not in UTC"
-        expected = datetime.now(UTC) + timedelta(seconds=offset)
-        assert abs(moment - expected) <= self.clock_tolerance, f"{moment} is not near {expected}"
+        shift = timedelta(seconds=offset)
+        earliest = self.started_at + shift - self.clock_tolerance
+        latest = datetime.now(UTC) + shift + self.clock_tolerance
+        assert earliest <= moment <= latest, f"{moment} is not between {earliest} and {latest}"
 
     async def enqueue_one(self, store: Store, **options: Any) -> str:
         row = new_workflow(**options)
@@ -1068,7 +1078,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             else:
                 done.append(row.id)
 
-        with anyio.fail_after(60):
+        with anyio.fail_after(SAFETY_SECONDS):
             async with anyio.create_task_group() as group:
                 for number in range(self.concurrent_writers):
                     group.start_soon(writer, number)
@@ -1090,7 +1100,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         name = unique_name("batches")
         batches = [[new_workflow(name) for _ in range(25)] for _ in range(10)]
         stores = (durable_store, durable_second_store)
-        with anyio.fail_after(60):
+        with anyio.fail_after(SAFETY_SECONDS):
             async with anyio.create_task_group() as group:
                 for number, batch in enumerate(batches):
                     group.start_soon(stores[number % 2].enqueue, batch)
@@ -1111,7 +1121,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
                 )
             )
 
-        with anyio.fail_after(60):
+        with anyio.fail_after(SAFETY_SECONDS):
             async with anyio.create_task_group() as group:
                 for number in range(10):
                     group.start_soon(contender, number)
@@ -1134,7 +1144,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
                 beats += 1
                 await anyio.lowlevel.checkpoint()
 
-        with anyio.fail_after(60):
+        with anyio.fail_after(SAFETY_SECONDS):
             async with anyio.create_task_group() as group:
                 group.start_soon(heartbeat)
                 try:

@@ -15,6 +15,9 @@ from ..schema import workflow_steps, workflows
 from ..store import Store
 
 EMPTY_INPUT = '{"args":[],"kwargs":{}}'
+SAFETY_SECONDS = 120.0
+"""How long a contract test may wait before it is called hung: never a measure of speed,
+so a slow or loaded machine does not fail the suite."""
 
 
 def unique_name(prefix: str = "contract") -> str:

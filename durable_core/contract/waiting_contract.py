@@ -29,7 +29,7 @@ from ..records import (
 from ..store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs
-from .support import new_workflow
+from .support import SAFETY_SECONDS, new_workflow
 
 OPERATIONS = (
     "record_step",
@@ -87,6 +87,21 @@ class WaitingContract:
         assert found is not None, f"workflow {workflow_id} vanished"
         return found
 
+    async def _acquired_once_due(self, store: Store, workflow_id: str) -> ClaimedWorkflow:
+        """Acquire a waiting workflow as soon as it is due, and never before its ``wake_at``:
+        when an acquire hands it out, ``wake_at`` had passed by the time it answered."""
+        wake_at = (await self._row(store, workflow_id)).wake_at
+        assert wake_at is not None
+        with anyio.fail_after(SAFETY_SECONDS):
+            while True:  # the store's clock decides when: nothing to wait on but time
+                got = await store.acquire(workflow_id, worker_id="w", lease_seconds=30)
+                if got is not None:
+                    break
+                await anyio.sleep(0.05)
+        answered = datetime.now(UTC)
+        assert answered >= wake_at, f"handed out at {answered}, due at {wake_at}"
+        return got
+
     # -- suspending and waking -------------------------------------------------
 
     async def test_suspend_releases_the_lease_and_does_not_count_an_attempt(
@@ -120,11 +135,12 @@ class WaitingContract:
 
     async def test_a_waiting_workflow_is_due_at_its_deadline(self, durable_store: Store) -> None:
         claimed = await self._held(durable_store)
-        wait = _wait(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(seconds=0.2))
+        deadline = datetime.now(UTC) + timedelta(seconds=0.2)
+        wait = _wait(WaitKind.SLEEP, deadline=deadline)
         assert await durable_store.suspend(claimed.lease, [wait])
-        assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
-        await anyio.sleep(0.3)
-        assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
+        row = await self._row(durable_store, claimed.id)
+        assert row.wake_at is not None and abs(row.wake_at - deadline) < timedelta(seconds=1)
+        await self._acquired_once_due(durable_store, claimed.id)
 
     async def test_a_message_wait_with_no_deadline_waits_forever(
         self, durable_store: Store
@@ -262,10 +278,8 @@ class WaitingContract:
         row = await self._row(durable_store, claimed.id)
         assert row.waiting_for == "any:2"
         assert row.wake_at is not None and abs(row.wake_at - soon) < timedelta(seconds=1)
-        assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
-        await anyio.sleep(0.3)
-        again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
-        assert again is not None and again.attempts == 1
+        again = await self._acquired_once_due(durable_store, claimed.id)
+        assert again.attempts == 1
 
     async def test_send_to_an_unknown_workflow_raises_not_found(self, durable_store: Store) -> None:
         require(durable_store, "send")
@@ -526,12 +540,12 @@ class WaitingContract:
         handle = await DurableClient(durable_store).start_workflow(
             wfs.sleeper, key, timedelta(days=3).total_seconds()
         )
-        started = anyio.current_time()
         assert await runner.run_once(handle) is WorkflowStatus.WAITING
         row = await self._row(durable_store, handle.id)
         assert row.wake_at is not None and row.wake_at - row.created_at > timedelta(days=2.9)
         assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
-        assert anyio.current_time() - started < 1.0
+        # The runner's clock passed the wake time; the wall clock is three days short of it.
+        assert runner.clock.now() >= row.wake_at > datetime.now(UTC) + timedelta(days=2.9)
         assert await handle.output() == f"{key}:1:2"
         assert wfs.CALLS[key] == ["one", "two"], "the step before the sleep ran once"
         assert (await self._row(durable_store, handle.id)).attempts == 1

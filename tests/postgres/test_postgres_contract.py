@@ -49,7 +49,8 @@ def durable_tamper(postgres_url: str) -> Tamper:
         step_index: int | None = None,
     ) -> None:
         if table == "workflows":
-            sql, args = f'UPDATE workflows SET "{column}" = $1 WHERE id = $2', [value, workflow_id]
+            sql = f'UPDATE workflows SET "{column}" = $1 WHERE id = $2'
+            args: list[object] = [value, workflow_id]
         elif table == "workflow_steps" and step_index is not None:
             sql = (
                 f'UPDATE workflow_steps SET "{column}" = $1 '

@@ -20,6 +20,7 @@ from durable_core import (
     NonRetryableError,
     RetryPolicy,
     Schedule,
+    Workflow,
     WorkflowContext,
     current_store,
     hookimpl,
@@ -396,7 +397,7 @@ async def stuck_once(key: str) -> str:
 
 @workflow_step(timeout=0.3)
 def stuck_in_a_thread(key: str) -> str:
-    time.sleep(2)  # the thread is abandoned at the timeout and ends on its own
+    time.sleep(3600)  # abandoned at the timeout; the test's end kills the worker
     return "late"
 
 
@@ -533,7 +534,7 @@ async def pick_then_schedule() -> str:
     return value
 
 
-ONE_DOOR = {
+ONE_DOOR: dict[str, Workflow[..., str]] = {
     "child": pick_then_start,
     "send": pick_then_send,
     "event": pick_then_event,

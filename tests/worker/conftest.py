@@ -61,7 +61,7 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, *args: str, app: str = "tests.worker.app", **env: str | int
+        self, *args: str, app: str = "tests.worker.app", **env: str | float
     ) -> subprocess.Popen[bytes]:
         """A ``durable worker`` process running ``app`` (with the side-table bootstrap when it
         is ``tests.worker.app``), with ``args`` added to its command line."""

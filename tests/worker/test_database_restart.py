@@ -132,10 +132,10 @@ async def test_workers_survive_a_postgres_restart_under_load(
         sql = await asyncpg.connect(restartable)
 
         async def some_done() -> bool:
-            return (
-                await sql.fetchval("SELECT count(*) FROM workflows WHERE status = 'succeeded'")
-                >= total // 4
+            done: int = await sql.fetchval(
+                "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
             )
+            return done >= total // 4
 
         await eventually(some_done, timeout=120, what="a quarter of the workflows to succeed")
         settled_before = {

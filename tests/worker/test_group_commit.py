@@ -255,7 +255,7 @@ async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_se
         await group.start_step(lease, 0, "s0", "{}")
         await group.complete_step(lease, 0, "0")
         assert recording.batches == [], "a step's end is written behind, its start not at all"
-        with anyio.fail_after(5):  # nothing waits for company
+        with anyio.fail_after(120):  # nothing waits for company
             await group.start_step(lease, 1, "s1", "{}")
         assert await sql.fetchval("SELECT status FROM workflow_steps") == "succeeded", (
             "the step before committed before the next one began"
@@ -299,7 +299,7 @@ async def test_a_long_step_gets_its_running_row_while_it_runs(
         async def running_row() -> bool:
             return bool(await sql.fetchval("SELECT status FROM workflow_steps") == "running")
 
-        await eventually(running_row, timeout=5, what="the long step's running row")
+        await eventually(running_row, timeout=120, what="the long step's running row")
         await group.complete_step(lease, 0, "1")
         await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
     row = await sql.fetchrow(

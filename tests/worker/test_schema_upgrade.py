@@ -62,7 +62,7 @@ async def test_release_0_1_rows_survive_durable_migrate_and_a_worker_drains_them
                 "SELECT count(*) FROM workflows WHERE status NOT IN "
                 "('succeeded', 'failed', 'cancelled')"
             )
-            return pending == 0
+            return bool(pending == 0)
 
         await eventually(drained, timeout=60, what="the pending release-0.1 workflows to finish")
         rows = await db.fetch("SELECT id, status, output, attempts FROM workflows ORDER BY id")

@@ -130,8 +130,8 @@ async def test_sigterm_stops_claiming_and_finishes_in_flight_work(
     assert proc.wait(timeout=30) == 0
     for handle in in_flight:
         assert await handle.status() is WorkflowStatus.SUCCEEDED
-    for handle in late:
-        assert await handle.status() is WorkflowStatus.PENDING
+    for waiting in late:
+        assert await waiting.status() is WorkflowStatus.PENDING
     assert "no new claims" in workers.log(proc)
 
 
@@ -192,7 +192,7 @@ async def test_a_zombie_whose_lease_was_reclaimed_cannot_write_or_settle(
         owner = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1)
 
         async def reclaimed() -> bool:
-            return await sql.fetchval("SELECT attempts FROM workflows") == 2
+            return bool(await sql.fetchval("SELECT attempts FROM workflows") == 2)
 
         await eventually(reclaimed, timeout=30, what="another worker to reclaim the lease")
     finally:
