@@ -51,8 +51,8 @@ from .store import Store, WorkflowStats
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MAX_ID_LENGTH = 36
-"""The longest workflow id a caller may choose (the id column's width)."""
+MAX_ID_LENGTH = 255
+"""The longest workflow id a caller may choose (the id columns' width, schema 7 on)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ no ``durable_schema_versions``) counts as version 1.
 
 from __future__ import annotations
 
+import itertools
 import re
+import textwrap
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,7 +29,7 @@ from alembic.operations import ops
 from .durations import utcnow
 from .errors import ConfigurationError
 from .schema import SCHEMA_VERSION, schema_versions
-from .schema_history import VERSIONS, VERSIONS_TABLE, SchemaVersion
+from .schema_history import NOT_ON_SQLITE, VERSIONS, VERSIONS_TABLE, SchemaVersion
 
 REVISION_SLUG = VERSIONS[0].slug
 """The slug of the first revision (``<revision>_create_durable_workflow_tables.py``)."""
@@ -69,12 +71,41 @@ def _has_column(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
     return op.column.name in {c["name"] for c in inspector.get_columns(op.table_name)}
 
 
+def _index_gone(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.DropIndexOp)
+    return op.index_name not in {ix["name"] for ix in inspector.get_indexes(str(op.table_name))}
+
+
+def _foreign_keys(inspector: sa.Inspector, table: str) -> set[str | None]:
+    return {key["name"] for key in inspector.get_foreign_keys(table)}
+
+
+def _key_gone(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.DropConstraintOp)
+    return op.constraint_name not in _foreign_keys(inspector, op.table_name)
+
+
+def _has_key(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.CreateForeignKeyOp)
+    return op.constraint_name in _foreign_keys(inspector, op.source_table)
+
+
+def _altered(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:
+    assert isinstance(op, ops.AlterColumnOp) and op.modify_type is not None
+    [column] = [c for c in inspector.get_columns(op.table_name) if c["name"] == op.column_name]
+    return getattr(column["type"], "length", None) == getattr(op.modify_type, "length", None)
+
+
 # An operation whose result is already there is skipped, so an upgrade interrupted
 # half-way (MySQL commits each DDL statement on its own) can simply be run again.
 _PRESENT: dict[type[ops.MigrateOperation], Callable[[sa.Inspector, ops.MigrateOperation], bool]] = {
     ops.CreateTableOp: _has_table,
     ops.CreateIndexOp: _has_index,
     ops.AddColumnOp: _has_column,
+    ops.DropIndexOp: _index_gone,
+    ops.DropConstraintOp: _key_gone,
+    ops.CreateForeignKeyOp: _has_key,
+    ops.AlterColumnOp: _altered,
 }
 
 
@@ -87,9 +118,12 @@ def upgrade(conn: sa.Connection, target: int = SCHEMA_VERSION) -> tuple[int, int
     from alembic.runtime.migration import MigrationContext
 
     before = current_version(conn)
+    sqlite = conn.dialect.name == "sqlite"
     operations = Operations(MigrationContext.configure(conn))
     for version in VERSIONS[before:target]:
         for op in version.operations():
+            if sqlite and isinstance(op, NOT_ON_SQLITE):
+                continue
             if not _PRESENT[type(op)](sa.inspect(conn), op):
                 operations.invoke(op)
         if version.number >= 2:
@@ -151,6 +185,21 @@ def _render(operations: list[ops.MigrateOperation]) -> str:
     return "\n".join(line for line in code.splitlines() if line.strip())
 
 
+_SQLITE_GUARD = (
+    '    if op.get_bind().dialect.name != "sqlite":'
+    "  # SQLite alters no column or constraint, nor checks a VARCHAR's length"
+)
+
+
+def _render_guarded(operations: list[ops.MigrateOperation]) -> str:
+    """``operations`` rendered in order, those SQLite skips under a dialect test."""
+    parts = []
+    for skipped, group in itertools.groupby(operations, lambda op: isinstance(op, NOT_ON_SQLITE)):
+        code = _render(list(group))
+        parts.append(f"{_SQLITE_GUARD}\n{textwrap.indent(code, '    ')}" if skipped else code)
+    return "\n".join(parts)
+
+
 def render_revision(version: SchemaVersion, revision: str, down_revision: str | None) -> str:
     """The text of the revision file for one schema version."""
     forward = version.operations()
@@ -161,8 +210,8 @@ def render_revision(version: SchemaVersion, revision: str, down_revision: str | 
         for op in reversed(forward)
         if isinstance(op, ops.CreateTableOp) or getattr(op, "table_name", None) not in created
     ]
-    upgrade_lines = [_render(forward)]
-    downgrade_lines = [_render(backward)]
+    upgrade_lines = [_render_guarded(forward)]
+    downgrade_lines = [_render_guarded(backward)]
     if version.number >= 2:
         upgrade_lines.append(_RECORD.format(number=version.number))
         downgrade_lines.insert(0, _FORGET.format(number=version.number))

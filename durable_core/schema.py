@@ -28,7 +28,7 @@ def _create_table(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
 def _create_index(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
     assert isinstance(op, ops.CreateIndexOp)
     table = metadata.tables[op.table_name]
-    sa.Index(op.index_name, *index_columns(table, op), unique=bool(op.unique))
+    sa.Index(op.index_name, *index_columns(table, op), unique=bool(op.unique), **op.kw)
 
 
 def _add_column(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
@@ -36,10 +36,50 @@ def _add_column(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
     metadata.tables[op.table_name].append_column(op.column)
 
 
+def _drop_index(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
+    assert isinstance(op, ops.DropIndexOp)
+    table = metadata.tables[str(op.table_name)]
+    table.indexes.remove(next(ix for ix in table.indexes if ix.name == op.index_name))
+
+
+def _alter_column(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
+    assert isinstance(op, ops.AlterColumnOp)
+    if op.modify_type is not None:
+        metadata.tables[op.table_name].c[op.column_name].type = op.modify_type
+
+
+def _drop_constraint(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
+    assert isinstance(op, ops.DropConstraintOp)
+    table = metadata.tables[op.table_name]
+    constraint = next(c for c in table.constraints if c.name == op.constraint_name)
+    table.constraints.remove(constraint)
+    if isinstance(constraint, sa.ForeignKeyConstraint):
+        for key in constraint.elements:
+            key.parent.foreign_keys.discard(key)
+            table.foreign_keys.discard(key)
+
+
+def _create_foreign_key(metadata: sa.MetaData, op: ops.MigrateOperation) -> None:
+    assert isinstance(op, ops.CreateForeignKeyOp)
+    table = metadata.tables[op.source_table]
+    table.append_constraint(
+        sa.ForeignKeyConstraint(
+            op.local_cols,
+            [f"{op.referent_table}.{column}" for column in op.remote_cols],
+            name=op.constraint_name,
+            **op.kw,
+        )
+    )
+
+
 _REPLAY: dict[type[ops.MigrateOperation], Callable[[sa.MetaData, ops.MigrateOperation], None]] = {
     ops.CreateTableOp: _create_table,
     ops.CreateIndexOp: _create_index,
     ops.AddColumnOp: _add_column,
+    ops.DropIndexOp: _drop_index,
+    ops.AlterColumnOp: _alter_column,
+    ops.DropConstraintOp: _drop_constraint,
+    ops.CreateForeignKeyOp: _create_foreign_key,
 }
 
 

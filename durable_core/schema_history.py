@@ -304,6 +304,115 @@ def _v6() -> list[ops.MigrateOperation]:
     ]
 
 
+NOT_ON_SQLITE = (ops.DropConstraintOp, ops.AlterColumnOp, ops.CreateForeignKeyOp)
+"""Operations an upgrade skips on SQLite: it cannot alter a column or a constraint in
+place, and does not enforce a VARCHAR's length, so its older columns already hold 255."""
+
+
+def _partial(name: str, table: str, columns: tuple[str, ...], where: str) -> ops.CreateIndexOp:
+    """An index of the rows where ``where`` holds (PostgreSQL, SQLite); where partial
+    indexes do not exist (MySQL), of every row."""
+    return ops.CreateIndexOp(
+        name, table, list(columns), postgresql_where=sa.text(where), sqlite_where=sa.text(where)
+    )
+
+
+def _v7() -> list[ops.MigrateOperation]:
+    # Ids users choose: every column holding a workflow's id, 36 characters until now,
+    # takes 255 ("order-<uuid>" and longer). (table, column, nullable)
+    id_columns = [
+        ("workflows", "id", False),
+        ("workflows", "parent_id", True),
+        ("workflow_steps", "workflow_id", False),
+        ("workflow_messages", "workflow_id", False),
+        ("workflow_attempts", "workflow_id", False),
+        ("workflow_events", "workflow_id", False),
+        ("workflow_step_tries", "workflow_id", False),
+    ]
+    referencing = [table for table, column, _ in id_columns if column == "workflow_id"]
+    widen: list[ops.MigrateOperation] = [
+        ops.AlterColumnOp(
+            table,
+            column,
+            modify_type=sa.String(255),
+            existing_type=sa.String(36),
+            existing_nullable=nullable,
+        )
+        for table, column, nullable in id_columns
+    ]
+    # "child:<id>" of a child with a caller's id: the prefix and 255 characters.
+    widen.append(
+        ops.AlterColumnOp(
+            "workflows",
+            "waiting_for",
+            modify_type=sa.String(512),
+            existing_type=sa.String(255),
+            existing_nullable=True,
+        )
+    )
+    # An index on a column that is mostly NULL holds only its other rows: a settle or a
+    # claim then writes no entry there (parent_id, concurrency_key, started_at,
+    # completed_at and locked_until are NULL for most rows or most of a row's life).
+    narrowed = [
+        ("ix_workflows_parent_id", "workflows", ("parent_id",), "parent_id IS NOT NULL"),
+        (
+            "ix_workflows_concurrency_key",
+            "workflows",
+            ("concurrency_key", "status"),
+            "concurrency_key IS NOT NULL",
+        ),
+        (
+            "ix_workflows_queue_started_at",
+            "workflows",
+            ("queue", "started_at"),
+            "started_at IS NOT NULL",
+        ),
+        (
+            "ix_workflows_completed_at",
+            "workflows",
+            ("completed_at", "queue", "status"),
+            "completed_at IS NOT NULL",
+        ),
+        (
+            "ix_workflows_status_locked_until",
+            "workflows",
+            ("status", "locked_until"),
+            "locked_until IS NOT NULL",
+        ),
+    ]
+
+    def foreign_key(table: str) -> ops.CreateForeignKeyOp:
+        return ops.CreateForeignKeyOp(
+            f"fk_{table}_workflow_id",
+            table,
+            "workflows",
+            ["workflow_id"],
+            ["id"],
+            ondelete="CASCADE",
+        )
+
+    inbox = ("ix_workflow_messages_inbox", "workflow_messages", "workflow_id", "topic", "seq")
+    return [
+        # MySQL will not change a column a foreign key uses: drop the keys, widen, re-add.
+        *(
+            ops.DropConstraintOp(
+                f"fk_{table}_workflow_id", table, type_="foreignkey", _reverse=foreign_key(table)
+            )
+            for table in referencing
+        ),
+        *widen,
+        # Served by no statement: every read of the inbox asks for unread messages
+        # (ix_workflow_messages_unread), a redelivery is refused by the unique message id.
+        ops.DropIndexOp(inbox[0], inbox[1], _reverse=_index(*inbox)),
+        *(
+            ops.DropIndexOp(name, table, _reverse=_index(name, table, *columns))
+            for name, table, columns, _ in narrowed
+        ),
+        *(_partial(name, table, columns, where) for name, table, columns, where in narrowed),
+        *(foreign_key(table) for table in referencing),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -319,6 +428,12 @@ VERSIONS: tuple[SchemaVersion, ...] = (
     ),
     SchemaVersion(
         6, "durable_schema_v6", "operators: live workers; what ended when, per queue", _v6
+    ),
+    SchemaVersion(
+        7,
+        "durable_schema_v7",
+        "ids users choose (255 characters); partial indexes, one index dropped",
+        _v7,
     ),
 )
 

@@ -54,7 +54,9 @@ async def succeed(attempt: Attempt, output: str) -> WorkflowStatus:
     """Settle as succeeded with this output JSON."""
     row = attempt.claimed
     await _settle(attempt, WorkflowStatus.SUCCEEDED, output=output)
-    logger.info("workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"})
+    logger.debug(
+        "workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"}
+    )
     observers().durable_workflow_succeeded(output=output, **attempt.fields)
     return WorkflowStatus.SUCCEEDED
 
@@ -138,7 +140,7 @@ def waiting(attempt: Attempt) -> WorkflowStatus:
     waits = attempt.suspended
     described = ", ".join(wait.waiting_for for wait in waits)
     wake_at = min((wait.deadline for wait in waits if wait.deadline), default=None)
-    logger.info(
+    logger.debug(
         "workflow %s waiting for %s",
         attempt.claimed.name,
         described,

@@ -36,6 +36,9 @@ from .store import CancelFeed, Claimer, Store, WorkerRegistry
 
 logger = get_logger("durable_core.worker")
 
+SUMMARY_SECONDS = 60
+"""How often a worker logs, at INFO, how its attempts ended."""
+
 _MAX_CLAIM_BACKOFF = 5.0
 
 
@@ -76,6 +79,8 @@ class WorkflowWorker:
         self._wake = anyio.Event()
         self._slot_free = anyio.Event()
         self._claimed_total = 0
+        self._ended: Counter[str] = Counter()
+        """How the attempts since the last summary ended (a status, or ``lost``)."""
         self._abandoned = False
         self._fatal: FrameworkError | None = None
         self.scheduler = Scheduler(store, self.config, self.registry, worker_id=self.worker_id)
@@ -143,6 +148,7 @@ class WorkflowWorker:
         if self._fatal is not None:
             raise self._fatal
         committed = self.group
+        self._log_summary()
         logger.info(
             "worker %s stopped%s",
             self.worker_id,
@@ -177,6 +183,7 @@ class WorkflowWorker:
             # workflows have settled), instead of a heartbeat task per workflow.
             outer.start_soon(self.executor.keep_leases)
             outer.start_soon(self._keep_registered)
+            outer.start_soon(self._summarize)
             if self.group is not None:
                 outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
@@ -225,6 +232,26 @@ class WorkflowWorker:
                     extra={"worker_id": self.worker_id},
                 )
             await anyio.sleep(self.config.heartbeat_interval)
+
+    async def _summarize(self) -> None:
+        """Every :data:`SUMMARY_SECONDS`, one INFO line of how the attempts ended (each
+        attempt's own line is DEBUG, but for failures and retries)."""
+        while True:
+            await anyio.sleep(SUMMARY_SECONDS)
+            self._log_summary()
+
+    def _log_summary(self) -> None:
+        ended, self._ended = self._ended, Counter()
+        if ended:
+            logger.info(
+                "worker %s: %d attempts ended in %ds (%s); %d in flight",
+                self.worker_id,
+                ended.total(),
+                SUMMARY_SECONDS,
+                ", ".join(f"{count} {how}" for how, count in sorted(ended.items())),
+                self._in_flight,
+                extra={"worker_id": self.worker_id, "ended": dict(ended)},
+            )
 
     async def _leave(self) -> None:
         """Mark this worker gone in the registry (else its row expires a lock timeout after
@@ -379,7 +406,8 @@ class WorkflowWorker:
 
     async def _run_one(self, claimed: ClaimedWorkflow) -> None:
         try:
-            await self.executor.run(claimed)
+            status = await self.executor.run(claimed)
+            self._ended["lost" if status is None else status.value] += 1
         except Exception:
             pass  # the executor logged it, with the attempt's fields
         finally:

@@ -336,7 +336,7 @@ async def test_a_batch_larger_than_one_packet_is_split_by_the_driver(store: MySQ
 async def test_errors_are_framework_errors(store: MySQLStore) -> None:
     row = new_workflow()
     # A workflow id wider than its column is refused by the database itself.
-    wide = dataclasses.replace(row, id="x" * 80)
+    wide = dataclasses.replace(row, id="x" * 300)
     with pytest.raises(FrameworkError) as caught:
         await store.enqueue([wide])
     assert isinstance(caught.value, StoreError)

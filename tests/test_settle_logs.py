@@ -1,16 +1,29 @@
-"""Every settle path logs a record carrying worker_id, workflow_id, attempts, max_attempts."""
+"""Every settle path logs a record carrying worker_id, workflow_id, attempts, max_attempts;
+a worker sums them up at INFO."""
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
-from durable_core import DurableClient, WorkflowConfig, WorkflowContext, workflow, workflow_step
+from durable_core import (
+    DurableClient,
+    WorkflowConfig,
+    WorkflowContext,
+    WorkflowStatus,
+    workflow,
+    workflow_step,
+)
 from durable_core.records import NewWorkflow
 from durable_core.testing import WorkflowRunner
+from durable_core.worker import WorkflowWorker
+from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
+from tests.conftest import drop_postgres_database, fresh_postgres_database
 
 FIELDS = ("worker_id", "workflow_id", "attempts", "max_attempts")
 database_path: list[str] = []
@@ -66,7 +79,8 @@ def outcome(record: logging.LogRecord) -> tuple[str, int, int, str]:
 async def test_every_settle_path_logs_the_worker_fields(
     sqlite_store: SQLiteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="durable_core")
+    # A success's and a suspension's lines are DEBUG (the worker sums them up at INFO).
+    caplog.set_level(logging.DEBUG, logger="durable_core")
     database_path[:] = [str(sqlite_store.engine.url.database)]
     client = DurableClient(sqlite_store)
     runner = WorkflowRunner(
@@ -103,3 +117,41 @@ async def test_every_settle_path_logs_the_worker_fields(
     assert [outcome(r) for r in settle_records(caplog, stolen.id)] == [
         ("lease_lost", 1, 3, "test-worker")
     ]
+
+
+@pytest.fixture
+async def postgres_store(postgres_url: str) -> AsyncIterator[PostgresStore]:
+    """A fresh PostgreSQL database (the store a worker claims from)."""
+    base = postgres_url.rsplit("/", 1)[-1].split("?")[0]
+    url = await fresh_postgres_database(postgres_url, f"{base}_settle_logs")
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        await store.apply_schema()
+        yield store
+    finally:
+        await store.close()
+        await drop_postgres_database(url)
+
+
+async def test_a_worker_logs_a_summary_not_a_line_per_workflow_at_info(
+    postgres_store: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At INFO a worker's log has no line per settled workflow, and its summary (every
+    minute, and when it stops) counts how the attempts ended."""
+    store = postgres_store
+    caplog.set_level(logging.INFO, logger="durable_core")
+    handles = [await DurableClient(store).start_workflow(succeeds) for _ in range(3)]
+    worker = WorkflowWorker(store, WorkflowConfig(poll_interval_ms=20), worker_id="summing")
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        for handle in handles:
+            assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
+        worker.stop()
+    ids = {handle.id for handle in handles}
+    mine = [r for r in caplog.records if r.name == "durable_core.worker"]
+    assert not [r for r in mine if getattr(r, "workflow_id", None) in ids]
+    [summary] = [r for r in mine if hasattr(r, "ended")]
+    assert summary.levelno == logging.INFO
+    assert summary.__dict__["ended"] == {"succeeded": 3}
+    assert "worker summing: 3 attempts ended" in summary.getMessage()

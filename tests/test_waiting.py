@@ -215,8 +215,8 @@ async def test_start_with_an_id_is_at_most_once_and_conflicts_are_refused(store:
     assert RAN["order-42"] == 1
     with pytest.raises(WorkflowConflictError, match="cannot start it again"):
         await client.start_workflow_with_id("order-42", order, "order-42", 6)
-    with pytest.raises(ConfigurationError, match="1 to 36 characters"):
-        await client.start_workflow_with_id("x" * 37, order, "x", 1)
+    with pytest.raises(ConfigurationError, match="1 to 255 characters"):
+        await client.start_workflow_with_id("x" * 256, order, "x", 1)
     handles = await client.start_workflows(
         order,
         [WorkflowStart(args=("order-42", 5), workflow_id="order-42"), ("order-43", 1)],

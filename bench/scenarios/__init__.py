@@ -17,6 +17,7 @@ from bench.scenarios import (
     latency,
     memory,
     memory_waiting,
+    plans,
     steps,
     wake,
 )
@@ -27,6 +28,7 @@ ALL: tuple[ModuleType, ...] = (
     enqueue,
     e2e,
     e2e_waiting,
+    plans,
     latency,
     wake,
     gather,

@@ -18,11 +18,12 @@ transaction that is rolled back, in two situations:
 The figure is the median with waiting rows; the floor is the median without,
 from the same rounds; the target bounds the ratio. Each case runs on a fresh
 prepared statement, under the store's own connection settings
-(``plan_cache_mode = force_generic_plan``: each statement is planned once).
-The diagnostic rows run the same claims under PostgreSQL's default plan cache
-(``auto``), which, with this many rows waiting, plans every claim anew
-(``pg_prepared_statements`` counts the custom plans): the cost the setting
-removes.
+forced to generic plans (``plan_cache_mode = force_generic_plan``, which a URL's
+``?plan_cache_mode=`` sets: each statement is planned once). The other rows run the
+same claims under PostgreSQL's default plan cache (``auto``, the store's own setting
+since the ``plans`` scenario showed generic plans frozen on empty tables), which, with
+this many rows waiting, plans every claim anew (``pg_prepared_statements`` counts the
+custom plans).
 """
 
 from __future__ import annotations
@@ -178,11 +179,11 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             figure.met = (figure.ratio or 0) <= TARGET_RATIO
             figure.note = (
                 f"floor = same claim without waiting rows, same rounds ({rounds} x "
-                f"{iterations}); the store's plan_cache_mode = force_generic_plan; "
+                f"{iterations}); plan_cache_mode = force_generic_plan; "
                 f"{round_trip}; {history:,} settled rows beside"
             )
         else:
-            figure.name += ", PostgreSQL's default plan cache (diagnostic)"
+            figure.name += ", PostgreSQL's default plan cache (the store's)"
             figure.note = (
                 f"plan_cache_mode = auto: custom plans {present.custom(key)} with, "
                 f"{without.custom(key)} without"

@@ -180,7 +180,7 @@ async def test_enqueue_and_get_round_trip(store: PostgresStore, db: asyncpg.Conn
 
 async def test_enqueue_batch_is_atomic(store: PostgresStore, db: asyncpg.Connection) -> None:
     rows = new(3)
-    too_wide = NewWorkflow(id="x" * 80, name="tests.flow", input="[]", max_attempts=1)
+    too_wide = NewWorkflow(id="x" * 300, name="tests.flow", input="[]", max_attempts=1)
     with pytest.raises(StoreError, match="enqueue on PostgreSQL") as caught:
         await store.enqueue([*rows, too_wide])
     assert not isinstance(caught.value, StoreUnavailableError)

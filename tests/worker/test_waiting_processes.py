@@ -142,7 +142,9 @@ async def test_sigkill_after_a_sleep_reclaims_without_sleeping_again(
     pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
 ) -> None:
     handle = await DurableClient(pg).start_workflow(app.sleep_then_block, 2.0, 7)
-    victim = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=1)
+    victim = workers.start(
+        WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=1, DURABLE_LOG_LEVEL="DEBUG"
+    )
     await statuses_reach(sql, "waiting", 1, timeout=15, waiting_for="sleep")
     await step_ran(sql, "after_sleep", what="the worker to enter the step after the sleep")
 
@@ -157,7 +159,9 @@ async def test_sigkill_after_a_sleep_reclaims_without_sleeping_again(
     assert (row["status"], row["attempts"]) == ("running", 1)
 
     killed_at = time.monotonic()
-    rescuer = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=1)
+    rescuer = workers.start(
+        WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=1, DURABLE_LOG_LEVEL="DEBUG"
+    )
     assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
     assert time.monotonic() - killed_at >= LEASE / 2, "reclaimed only once the lease expired"
     assert await handle.output() == 70
@@ -323,7 +327,7 @@ async def test_a_message_sent_before_recv_is_received_and_a_timeout_returns_none
     await client.send(early.id, {"greeting": "first"}, topic="hello")
     await client.send(early.id, {"greeting": "second"}, topic="hello")
     await client.send(early.id, "other topic", topic="elsewhere")
-    proc = workers.start(WORKFLOW_CONCURRENCY=1)
+    proc = workers.start(WORKFLOW_CONCURRENCY=1, DURABLE_LOG_LEVEL="DEBUG")
     assert await early.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
     assert await early.output() == {"greeting": "first"}, "the oldest message on the topic"
     left = await sql.fetch(
