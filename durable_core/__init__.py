@@ -46,6 +46,8 @@ from .errors import (
     StepNameMismatchError,
     StoreError,
     StoreUnavailableError,
+    StreamClosedError,
+    TalkNotSupportedError,
     UnknownWorkflowError,
     ValueTooLargeError,
     WaitTimeoutError,
@@ -69,6 +71,7 @@ from .retry import NonRetryableError, RetryPolicy, StepTimeoutError
 from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
+from .streams import close_stream, write_stream
 from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
@@ -113,6 +116,8 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "StreamClosedError",
+    "TalkNotSupportedError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
@@ -131,6 +136,7 @@ __all__ = [
     "WorkflowTimeoutError",
     "WorkflowStatus",
     "cleanup",
+    "close_stream",
     "current_store",
     "default_registry",
     "deprecate_patch",
@@ -155,4 +161,5 @@ __all__ = [
     "use_store",
     "workflow",
     "workflow_step",
+    "write_stream",
 ]

@@ -40,6 +40,7 @@ from .retry import RetryPolicy
 from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
 from .suspension import Suspension, stopped
+from .talk_roles import streams_of
 
 if TYPE_CHECKING:
     from .steps import Step
@@ -227,12 +228,17 @@ class Attempt:
             self._leave()
 
     async def effect(
-        self, name: str, input_json: str, act: Callable[[Call], Awaitable[str]]
+        self,
+        name: str,
+        input_json: str,
+        act: Callable[[Call], Awaitable[str]],
+        *,
+        records: bool = False,
     ) -> str:
-        """Act once for this call site (``act(call)`` returns the output JSON to record);
-        a replay returns the recorded output without acting. It acts only once every
-        write before it has committed, so nothing it starts or sends can outlive a step
-        it depends on."""
+        """Act once for this call site (``act(call)`` returns the output JSON to record;
+        ``records``: ``act`` records it itself, in the transaction that acts); a replay
+        returns the recorded output without acting. It acts only once every write before
+        it has committed, so nothing it starts or sends can outlive a step it depends on."""
         call = self._call(name)
         if call.output is not None:
             self._replayed(call)
@@ -243,7 +249,10 @@ class Attempt:
         try:
             await self._committed()
             output = await self.persist(lambda: act(call))
-            await self._record(call, input_json, output)
+            if records:
+                self._recorded(call)
+            else:
+                await self._record(call, input_json, output)
             return output
         finally:
             self._leave()
@@ -369,6 +378,21 @@ class Attempt:
             return "null"
 
         await self.effect("durable.set_event", json.dumps([key]), publish)
+
+    async def write_stream(self, key: str, value: str | None) -> int:
+        """Append ``value`` to this workflow's stream ``key`` (``None`` closes it), once per
+        call site: the value and the call's record are one transaction; its offset."""
+        streams = streams_of(self.store)
+        name = "durable.write_stream" if value is not None else "durable.close_stream"
+        input_json = json.dumps([key])
+
+        async def append(call: Call) -> str:
+            at = await streams.write_stream(
+                self.lease, key, value, call.index, name, input_json, path=call.stored_path
+            )
+            return str(at)
+
+        return int(await self.effect(name, input_json, append, records=True))
 
     async def send(
         self,

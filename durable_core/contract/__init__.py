@@ -46,11 +46,13 @@ if TYPE_CHECKING:
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .store_contract import StoreContract
     from .support import Tamper, default_tamper, engine_tamper
+    from .talk_contract import StreamsContract
 
 _WHERE = {
     "ClaimerContract": "claimer_contract",
     "NoClaimerContract": "claimer_contract",
     "StoreContract": "store_contract",
+    "StreamsContract": "talk_contract",
     "Tamper": "support",
     "default_tamper": "support",
     "engine_tamper": "support",
@@ -60,6 +62,7 @@ __all__ = [
     "ClaimerContract",
     "NoClaimerContract",
     "StoreContract",
+    "StreamsContract",
     "Tamper",
     "default_tamper",
     "engine_tamper",

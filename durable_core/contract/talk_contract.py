@@ -1,0 +1,118 @@
+"""``StreamsContract`` and ``UpdatesContract``: what a store with the
+:class:`~durable_core.store.Streams` or :class:`~durable_core.store.Updates` role must do
+(schema version 7). A store that has a role adds its class to its contract test class::
+
+    class TestMyStore(StoreContract, NoClaimerContract, StreamsContract, UpdatesContract):
+        pass
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from ..errors import LeaseLostError, StreamClosedError
+from ..records import ClaimedWorkflow, StepStatus, WorkflowStatus
+from ..store import Store, Streams
+from .support import new_workflow
+
+
+def streams(store: Store) -> Streams:
+    """``store`` as a :class:`Streams`, or a failure naming what it lacks."""
+    if not isinstance(store, Streams):
+        pytest.fail(
+            f"{type(store).__name__} is not a Streams store (write_stream, read_stream, "
+            "watch): build it on durable_core.sql.SQLStore, or leave StreamsContract out",
+            pytrace=False,
+        )
+    return store
+
+
+async def held(store: Store, **options: Any) -> ClaimedWorkflow:
+    """A new workflow of ``store``, leased."""
+    row = new_workflow(**options)
+    await store.enqueue([row])
+    claimed = await store.acquire(row.id, worker_id="talker", lease_seconds=30)
+    assert claimed is not None
+    return claimed
+
+
+class StreamsContract:
+    """Tests of the :class:`~durable_core.store.Streams` role."""
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    async def test_values_take_the_next_offsets_with_their_steps_recorded(
+        self, durable_store: Store
+    ) -> None:
+        s = streams(durable_store)
+        claimed = await held(durable_store)
+        lease, name = claimed.lease, "durable.write_stream"
+        offsets = [await s.write_stream(lease, "k", f'"v{i}"', i, name, '["k"]') for i in range(3)]
+        assert offsets == [0, 1, 2]
+        assert await s.write_stream(lease, "other", '"o"', 3, name, '["other"]', path="3") == 0
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(x.step_index, x.step_name, x.status, x.output) for x in steps] == [
+            (0, name, StepStatus.SUCCEEDED, "0"),
+            (1, name, StepStatus.SUCCEEDED, "1"),
+            (2, name, StepStatus.SUCCEEDED, "2"),
+            (3, name, StepStatus.SUCCEEDED, "0"),
+        ]
+        page = await s.read_stream(claimed.id, "k")
+        assert (page.entries, page.closed) == ([(0, '"v0"'), (1, '"v1"'), (2, '"v2"')], False)
+        page = await s.read_stream(claimed.id, "k", offset=1, limit=1)
+        assert (page.entries, page.closed) == ([(1, '"v1"')], False)
+        page = await s.read_stream(claimed.id, "k", offset=3)
+        assert (page.entries, page.closed) == ([], False)
+        assert (await s.read_stream(claimed.id, "other")).entries == [(0, '"o"')]
+        assert (await s.read_stream(claimed.id, "none")).entries == []
+        assert (await s.read_stream("no-such-workflow", "k")).entries == []
+
+    async def test_a_closed_key_reads_closed_and_refuses_more_values(
+        self, durable_store: Store
+    ) -> None:
+        s = streams(durable_store)
+        claimed = await held(durable_store)
+        lease = claimed.lease
+        await s.write_stream(lease, "k", "1", 0, "durable.write_stream", '["k"]')
+        assert await s.write_stream(lease, "k", None, 1, "durable.close_stream", '["k"]') == 1
+        page = await s.read_stream(claimed.id, "k")
+        assert (page.entries, page.closed) == ([(0, "1")], True)
+        assert (await s.read_stream(claimed.id, "k", offset=1)).closed
+        with pytest.raises(StreamClosedError, match="after closing it"):
+            await s.write_stream(lease, "k", "2", 2, "durable.write_stream", '["k"]')
+        assert len(await durable_store.load_steps(claimed.id)) == 2, (
+            "the refused write recorded nothing"
+        )
+
+    async def test_a_write_without_the_lease_writes_nothing(self, durable_store: Store) -> None:
+        s = streams(durable_store)
+        claimed = await held(durable_store)
+        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="null")
+        with pytest.raises(LeaseLostError):
+            await s.write_stream(claimed.lease, "k", "1", 0, "durable.write_stream", '["k"]')
+        assert (await s.read_stream(claimed.id, "k")).entries == []
+        assert await durable_store.load_steps(claimed.id) == []
+
+    async def test_a_watch_returns_after_a_write_or_its_timeout(self, durable_store: Store) -> None:
+        s = streams(durable_store)
+        claimed = await held(durable_store)
+        watch = s.watch(claimed.id)
+        try:
+            await watch.wait(0.01)  # a first wait may return at once (the watch starts)
+            if not watch.notified:
+                await watch.wait(0.01)  # a polling watch returns after its timeout
+                return
+            async with anyio.create_task_group() as tg:
+
+                async def write() -> None:
+                    await s.write_stream(claimed.lease, "k", "1", 0, "durable.write_stream", "[]")
+
+                tg.start_soon(write)
+                with anyio.fail_after(30):  # far sooner than the hour it would wait
+                    await watch.wait(3600)
+            assert (await s.read_stream(claimed.id, "k")).entries == [(0, "1")]
+        finally:
+            await watch.close()
