@@ -12,7 +12,15 @@ import time
 
 import anyio
 
-from durable_core import recv, sleep, start_workflows, workflow, workflow_step
+from durable_core import (
+    close_stream,
+    recv,
+    sleep,
+    start_workflows,
+    workflow,
+    workflow_step,
+    write_stream,
+)
 
 
 @workflow_step
@@ -144,3 +152,12 @@ async def gather_io_steps(n: int, seconds: float) -> int:
 async def io_steps_in_turn(n: int, seconds: float) -> int:
     """``n`` I/O steps one after another."""
     return sum([await io_call(i, seconds) for i in range(n)])
+
+
+@workflow
+async def stream_values(n: int) -> int:
+    """Writes 0..n-1 to the stream ``values``, then closes it (the ``streams`` scenario)."""
+    for i in range(n):
+        await write_stream("values", i)
+    await close_stream("values")
+    return n

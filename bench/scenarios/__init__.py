@@ -18,6 +18,7 @@ from bench.scenarios import (
     memory,
     memory_waiting,
     steps,
+    streams,
     wake,
 )
 
@@ -30,6 +31,7 @@ ALL: tuple[ModuleType, ...] = (
     latency,
     wake,
     gather,
+    streams,
     claim,
     claim_waiting,
     steps,
