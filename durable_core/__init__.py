@@ -49,6 +49,10 @@ from .errors import (
     StreamClosedError,
     TalkNotSupportedError,
     UnknownWorkflowError,
+    UpdateConflictError,
+    UpdateNotHandledError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
     ValueTooLargeError,
     WaitTimeoutError,
     WorkerStartError,
@@ -72,6 +76,7 @@ from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
 from .streams import close_stream, write_stream
+from .updates import UpdateRequest, recv_update
 from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
@@ -118,6 +123,11 @@ __all__ = [
     "StoreUnavailableError",
     "StreamClosedError",
     "TalkNotSupportedError",
+    "UpdateConflictError",
+    "UpdateNotHandledError",
+    "UpdateRejectedError",
+    "UpdateRequest",
+    "UpdateTimeoutError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
@@ -147,6 +157,7 @@ __all__ = [
     "patched",
     "random",
     "recv",
+    "recv_update",
     "register_observer",
     "send",
     "set_default_store",

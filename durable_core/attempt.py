@@ -40,7 +40,7 @@ from .retry import RetryPolicy
 from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
 from .suspension import Suspension, stopped
-from .talk_roles import streams_of
+from .talk_roles import streams_of, updates_of
 
 if TYPE_CHECKING:
     from .steps import Step
@@ -393,6 +393,65 @@ class Attempt:
             return str(at)
 
         return int(await self.effect(name, input_json, append, records=True))
+
+    async def recv_update(
+        self, name: str, until: timedelta | None, validate: Callable[[str], str | None]
+    ) -> str:
+        """The next update ``name`` (``[update id, payload JSON]`` as JSON), taken in the
+        transaction that records this call, or ``"null"`` at the deadline. ``validate(payload)``
+        returns an error JSON to reject one (it never enters the history) or ``None``."""
+        updates = updates_of(self.store)
+        step_name, input_json = "durable.recv_update", json.dumps([name])
+
+        async def over(call: Call) -> str | None:
+            workflow_id = self.claimed.id
+            while True:
+                found = await self.persist(lambda: updates.next_update(workflow_id, name))
+                if found is None:
+                    return None
+                update_id = found.update_id
+                refused = validate(found.payload)
+                if refused is not None:
+                    reject = functools.partial(
+                        updates.reject_update, self.lease, update_id, refused
+                    )
+                    await self.persist(reject)
+                    continue
+                output = json.dumps([update_id, found.payload])
+                take = functools.partial(
+                    updates.take_update,
+                    self.lease,
+                    update_id,
+                    call.index,
+                    step_name,
+                    input_json,
+                    output,
+                    path=call.stored_path,
+                )
+                taken = await self.persist(take)
+                if taken:
+                    self._recorded(call)
+                    return output
+
+        return await self.wait(
+            step_name,
+            input_json,
+            kind=WaitKind.UPDATE,
+            key=name,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+
+    async def reply_update(self, update_id: str, reply: str) -> None:
+        """Reply ``reply`` to the update ``update_id`` this workflow took, once per call site."""
+        updates = updates_of(self.store)
+
+        async def answer(call: Call) -> str:
+            await updates.reply_update(self.lease, update_id, reply)
+            return "null"
+
+        await self.effect("durable.reply_update", json.dumps([update_id]), answer)
 
     async def send(
         self,

@@ -15,8 +15,17 @@ def _lacks(store: Any, role: str, what: str) -> TalkNotSupportedError:
     return TalkNotSupportedError(f"{description} keeps no {what} (it is not a {role} store)")
 
 
+def updates_of(store: Any) -> Updates:
+    """``store`` as an :class:`Updates`, or a
+    :class:`~durable_core.errors.TalkNotSupportedError`."""
+    if not isinstance(store, Updates):
+        raise _lacks(store, "Updates", "updates")
+    return store
+
+
 def streams_of(store: Any) -> Streams:
-    """``store`` as a :class:`Streams`, or a :class:`~durable_core.errors.TalkNotSupportedError`."""
+    """``store`` as a :class:`Streams`, or a
+    :class:`~durable_core.errors.TalkNotSupportedError`."""
     if not isinstance(store, Streams):
         raise _lacks(store, "Streams", "streams")
     return store
@@ -111,6 +120,10 @@ class Updates(Protocol):
 
     async def reject_update(self, lease: Lease, update_id: str, error: str) -> None:
         """Mark the pending update rejected with ``error`` (fenced by ``lease``)."""
+        ...
+
+    def watch(self, workflow_id: str) -> Watch:
+        """A :class:`Watch` of ``workflow_id``'s stream writes and update replies."""
         ...
 
     async def reply_update(self, lease: Lease, update_id: str, reply: str) -> None:

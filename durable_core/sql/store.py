@@ -35,6 +35,7 @@ from .rows import claimed_from_row
 from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS
 from .streams import StreamOperations
+from .updates import UpdateOperations
 from .waiting import WaitingOperations
 from .workers import WorkerOperations
 
@@ -42,6 +43,7 @@ from .workers import WorkerOperations
 class SQLStore(
     WaitingOperations,
     StreamOperations,
+    UpdateOperations,
     ScheduleOperations,
     WorkerOperations,
     OperatorOperations,
