@@ -139,7 +139,7 @@ async def test_bad_input_gets_a_clear_error(talk_store: Store) -> None:
     assert await runner.run_once(handle) is WorkflowStatus.WAITING
     with pytest.raises(UpdateTimeoutError, match="update again with update_id='slow'"):
         await client.update(handle.id, "approve", {"amount": 1}, update_id="slow", timeout=0.2)
-    with pytest.raises(UpdateConflictError, match="'slow' of workflow .* another payload"):
+    with pytest.raises(UpdateConflictError, match=r"'slow' of workflow .* another payload"):
         await client.update(handle.id, "approve", {"amount": 2}, update_id="slow", timeout=0.2)
     assert await drive(runner, handle) is WorkflowStatus.SUCCEEDED
     assert await client.update(handle.id, "approve", {"amount": 1}, update_id="slow") == {
