@@ -79,3 +79,56 @@ async def test_sigkill_after_some_stream_values_neither_loses_nor_repeats_one(
     )
     assert writes == 10
     assert (await handle.info()).attempts == 2
+
+
+async def test_sigkill_between_receiving_an_update_and_replying_gives_one_reply(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    client = DurableClient(pg)
+    handle = await client.start_workflow(talk.approver)
+    victim = workers.start(app=APP, TALK_HOLD=1, WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
+    replies: list[Any] = []
+
+    async def caller() -> None:
+        replies.append(await client.update(handle.id, "approve", {"amount": 21}, update_id="c1"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(caller)
+
+        async def holding() -> bool:
+            held = await sql.fetchval(
+                "SELECT count(*) FROM workflow_steps WHERE workflow_id = $1 AND step_name = $2 "
+                "AND status = 'running'",
+                handle.id,
+                talk.hold.name,
+            )
+            return bool(held == 1)
+
+        await eventually(holding, timeout=30, what="the body to hold after taking the update")
+        status = await sql.fetchval(
+            "SELECT status FROM workflow_updates WHERE workflow_id = $1 AND update_id = 'c1'",
+            handle.id,
+        )
+        assert (status, replies) == ("taken", []), "received, not replied, when the worker dies"
+        kill(victim)
+        workers.start(app=APP, WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
+    assert replies == [{"doubled": 42}]
+    assert await handle.wait_with_timeout(60) is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == 42
+    again = await client.update(handle.id, "approve", {"amount": 21}, update_id="c1")
+    assert again == {"doubled": 42}, "a retried caller gets the same reply"
+    steps = await sql.fetch(
+        "SELECT step_name, attempts FROM workflow_steps WHERE workflow_id = $1 ORDER BY step_index",
+        handle.id,
+    )
+    assert [(s["step_name"], s["attempts"]) for s in steps] == [
+        ("durable.recv_update", 1),
+        (talk.apply_approval.name, 1),
+        (talk.hold.name, 2),
+        ("durable.reply_update", 1),
+    ], "taken and handled once; only the step the kill interrupted ran again"
+    rows = await sql.fetch(
+        "SELECT status, reply FROM workflow_updates WHERE workflow_id = $1", handle.id
+    )
+    assert [(r["status"], r["reply"]) for r in rows] == [("replied", '{"doubled":42}')]
+    assert (await handle.info()).attempts == 2

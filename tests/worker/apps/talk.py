@@ -10,7 +10,7 @@ import os
 
 import anyio
 
-from durable_core import close_stream, workflow, workflow_step, write_stream
+from durable_core import close_stream, recv_update, workflow, workflow_step, write_stream
 
 
 @workflow_step
@@ -30,3 +30,20 @@ async def ticker(n: int, hold_at: int) -> int:
             await hold(i)
     await close_stream("ticks")
     return n
+
+
+@workflow_step
+async def apply_approval(amount: int) -> int:
+    """What handling the update does (a step: it runs once, its result kept)."""
+    return amount * 2
+
+
+@workflow(name="talk.approver")
+async def approver() -> int:
+    """Takes one ``approve`` update, handles it, holds, then replies."""
+    req = await recv_update("approve")
+    assert req is not None
+    doubled = await apply_approval(req.payload["amount"])
+    await hold(doubled)
+    await req.reply({"doubled": doubled})
+    return doubled
