@@ -2,7 +2,8 @@
 
 On SQLite, PostgreSQL and MariaDB: a version-6 database with rows (a waiting workflow,
 a finished one with an event, a worker's row) goes through ``durable migrate`` with
-every row kept; the waiting workflow then runs on and writes a stream into the new table.
+every row kept; the waiting workflow then runs on and writes a stream, and a new one
+answers an update, into the new tables.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import durable_core
 from durable_core import DurableClient, WorkflowStatus, migrations, open_store, workflow
 from durable_core.operators import WorkerRecord
 from durable_core.schema import SCHEMA_VERSION, build_metadata
-from durable_core.store import Streams, WorkerRegistry
+from durable_core.store import Streams, Updates, WorkerRegistry
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
 from tests.test_schema_upgrade import _database_at, add_one, migrate, upgraded_flow
@@ -48,6 +49,14 @@ async def streams_after_upgrade(n: int) -> int:
     await durable_core.write_stream("progress", first + extra)
     await durable_core.close_stream("progress")
     return first + extra
+
+
+@workflow
+async def answers_after_upgrade() -> int:
+    req = await durable_core.recv_update("go")
+    assert req is not None
+    await req.reply(req.payload + 1)
+    return int(req.payload)
 
 
 async def v6_rows(url: str) -> dict[str, list[dict[str, Any]]]:
@@ -123,6 +132,13 @@ async def test_a_version_6_database_is_upgraded_in_place(
             # The new table holds what the body wrote after the upgrade.
             assert isinstance(store, Streams)
             assert [v async for v in handle.read_stream("progress")] == [15]
+            # And the updates table, a request and its reply.
+            assert isinstance(store, Updates)
+            answering = await DurableClient(store).start_workflow(answers_after_upgrade)
+            await store.send_update(answering.id, "u1", "go", "41")
+            assert await runner.run_until_complete(answering) is WorkflowStatus.SUCCEEDED
+            client = DurableClient(store)
+            assert await client.update(answering.id, "go", 41, update_id="u1") == 42
         finally:
             await store.close()
     finally:
