@@ -15,6 +15,8 @@ import anyio
 from durable_core import (
     close_stream,
     recv,
+    recv_update,
+    set_event,
     sleep,
     start_workflows,
     workflow,
@@ -160,4 +162,24 @@ async def stream_values(n: int) -> int:
     for i in range(n):
         await write_stream("values", i)
     await close_stream("values")
+    return n
+
+
+@workflow
+async def answer_updates(n: int) -> int:
+    """Answers ``n`` updates ``ask`` with their payload (the ``updates`` scenario)."""
+    for _ in range(n):
+        req = await recv_update("ask")
+        assert req is not None
+        await req.reply(req.payload)
+    return n
+
+
+@workflow
+async def answer_messages(n: int) -> int:
+    """Answers ``n`` messages ``ask`` by publishing each as the event ``reply-<i>``: the
+    ``updates`` scenario's floor, a request and response built from send and events."""
+    for i in range(n):
+        value = await recv("ask")
+        await set_event(f"reply-{i}", value)
     return n

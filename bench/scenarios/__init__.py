@@ -19,6 +19,7 @@ from bench.scenarios import (
     memory_waiting,
     steps,
     streams,
+    updates,
     wake,
 )
 
@@ -32,6 +33,7 @@ ALL: tuple[ModuleType, ...] = (
     wake,
     gather,
     streams,
+    updates,
     claim,
     claim_waiting,
     steps,
