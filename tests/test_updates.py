@@ -4,6 +4,8 @@ and bad input."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,8 +27,10 @@ from durable_core import (
     workflow,
 )
 from durable_core.store import Store
+from durable_core.sync import SyncClient
 from durable_core.testing import WorkflowRunner
 from tests.talk_support import talk_store
+from tests.test_streams import counts_to
 
 __all__ = ["talk_store"]
 
@@ -151,3 +155,25 @@ async def test_bad_input_gets_a_clear_error(talk_store: Store) -> None:
     brief = await client.start_workflow(waits_briefly)
     assert await runner.run_until_complete(brief) is WorkflowStatus.SUCCEEDED
     assert await brief.output() is True, "recv_update returns None at its timeout"
+
+
+def test_the_sync_client_sends_updates_and_reads_streams(tmp_path: Path) -> None:
+    with SyncClient(f"sqlite:///{tmp_path / 'sync.db'}") as client:
+        client.apply_schema()
+        runner = WorkflowRunner(client.store)
+        handle = client.start_workflow(approvals, 1)
+        assert client.call(runner.run_once, handle.id) is WorkflowStatus.WAITING
+        replies: list[Any] = []
+        caller = threading.Thread(
+            target=lambda: replies.append(client.update(handle.id, "approve", {"amount": 3}))
+        )
+        caller.start()
+        while caller.is_alive():  # run it once the caller's update woke it
+            if handle.status() is WorkflowStatus.PENDING:
+                client.call(runner.run_once, handle.id)
+            caller.join(0.01)
+        assert replies == [{"total": 3}]
+        streamed = client.start_workflow(counts_to, 2, True)
+        assert client.call(runner.run_until_complete, streamed.id) is WorkflowStatus.SUCCEEDED
+        assert list(streamed.read_stream("progress")) == [{"done": 0}, {"done": 1}]
+        assert list(streamed.read_stream("progress", offset=1)) == [{"done": 1}]
