@@ -59,6 +59,11 @@ async def read_stream(
     written, until the key is closed or the workflow ends (see
     :meth:`~durable_core.handle.WorkflowHandle.read_stream`)."""
     check_key(key)
+    if body_context() is not None:
+        raise FrameworkError(
+            "read_stream() cannot run in a workflow body: what it reads is not journaled, so "
+            "a replay would read differently. Read the stream in a step"
+        )
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigurationError(f"a stream offset is an int >= 0, got {offset!r}")
     streams = streams_of(store)

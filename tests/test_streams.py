@@ -18,6 +18,7 @@ from durable_core import (
     WorkflowNotFoundError,
     WorkflowStatus,
     close_stream,
+    current_store,
     recv,
     workflow,
     workflow_step,
@@ -86,6 +87,12 @@ async def branches_write(n: int) -> int:
 async def writes_after_closing() -> None:
     await close_stream("s")
     await write_stream("s", 1)
+
+
+@workflow
+async def reads_in_its_body(other: str) -> None:
+    async for _ in DurableClient(current_store()).handle(other).read_stream("s"):
+        pass
 
 
 @workflow
@@ -189,6 +196,10 @@ async def test_bad_input_gets_a_clear_error(talk_store: Store) -> None:
     assert await runner.run_until_complete(closed) is WorkflowStatus.FAILED
     with pytest.raises(StreamClosedError, match="wrote to stream 's' after closing it"):
         await closed.output()
+    reader = await client.start_workflow(reads_in_its_body, handle.id)
+    assert await runner.run_until_complete(reader) is WorkflowStatus.FAILED
+    with pytest.raises(FrameworkError, match=r"read_stream\(\) cannot run in a workflow body"):
+        await reader.output()
     bad = await client.start_workflow(writes_no_json)
     assert await runner.run_until_complete(bad) is WorkflowStatus.FAILED
     error = await bad.error()
