@@ -12,7 +12,17 @@ import time
 
 import anyio
 
-from durable_core import recv, sleep, start_workflows, workflow, workflow_step
+from durable_core import (
+    close_stream,
+    recv,
+    recv_update,
+    set_event,
+    sleep,
+    start_workflows,
+    workflow,
+    workflow_step,
+    write_stream,
+)
 
 
 @workflow_step
@@ -144,3 +154,32 @@ async def gather_io_steps(n: int, seconds: float) -> int:
 async def io_steps_in_turn(n: int, seconds: float) -> int:
     """``n`` I/O steps one after another."""
     return sum([await io_call(i, seconds) for i in range(n)])
+
+
+@workflow
+async def stream_values(n: int) -> int:
+    """Writes 0..n-1 to the stream ``values``, then closes it (the ``streams`` scenario)."""
+    for i in range(n):
+        await write_stream("values", i)
+    await close_stream("values")
+    return n
+
+
+@workflow
+async def answer_updates(n: int) -> int:
+    """Answers ``n`` updates ``ask`` with their payload (the ``updates`` scenario)."""
+    for _ in range(n):
+        req = await recv_update("ask")
+        assert req is not None
+        await req.reply(req.payload)
+    return n
+
+
+@workflow
+async def answer_messages(n: int) -> int:
+    """Answers ``n`` messages ``ask`` by publishing each as the event ``reply-<i>``: the
+    ``updates`` scenario's floor, a request and response built from send and events."""
+    for i in range(n):
+        value = await recv("ask")
+        await set_event(f"reply-{i}", value)
+    return n

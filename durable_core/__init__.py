@@ -48,7 +48,13 @@ from .errors import (
     StepTimeoutError,
     StoreError,
     StoreUnavailableError,
+    StreamClosedError,
+    TalkNotSupportedError,
     UnknownWorkflowError,
+    UpdateConflictError,
+    UpdateNotHandledError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
     ValueTooLargeError,
     WaitTimeoutError,
     WorkerStartError,
@@ -72,6 +78,8 @@ from .retry import RetryPolicy
 from .schedules import Schedule, ScheduleRecord
 from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
+from .streams import close_stream, write_stream
+from .updates import UpdateRequest, recv_update
 from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
@@ -116,6 +124,13 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "StreamClosedError",
+    "TalkNotSupportedError",
+    "UpdateConflictError",
+    "UpdateNotHandledError",
+    "UpdateRejectedError",
+    "UpdateRequest",
+    "UpdateTimeoutError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
@@ -134,6 +149,7 @@ __all__ = [
     "WorkflowTimeoutError",
     "WorkflowStatus",
     "cleanup",
+    "close_stream",
     "current_store",
     "default_registry",
     "deprecate_patch",
@@ -144,6 +160,7 @@ __all__ = [
     "patched",
     "random",
     "recv",
+    "recv_update",
     "register_observer",
     "send",
     "set_default_store",
@@ -158,4 +175,5 @@ __all__ = [
     "use_store",
     "workflow",
     "workflow_step",
+    "write_stream",
 ]

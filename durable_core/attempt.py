@@ -40,6 +40,7 @@ from .retry import RetryPolicy
 from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
 from .suspension import Suspension, stopped
+from .talk_roles import streams_of, updates_of
 
 
 class StepBody(Protocol):
@@ -238,12 +239,17 @@ class Attempt:
             self._leave()
 
     async def effect(
-        self, name: str, input_json: str, act: Callable[[Call], Awaitable[str]]
+        self,
+        name: str,
+        input_json: str,
+        act: Callable[[Call], Awaitable[str]],
+        *,
+        records: bool = False,
     ) -> str:
-        """Act once for this call site (``act(call)`` returns the output JSON to record);
-        a replay returns the recorded output without acting. It acts only once every
-        write before it has committed, so nothing it starts or sends can outlive a step
-        it depends on."""
+        """Act once for this call site (``act(call)`` returns the output JSON to record;
+        ``records``: ``act`` records it itself, in the transaction that acts); a replay
+        returns the recorded output without acting. It acts only once every write before
+        it has committed, so nothing it starts or sends can outlive a step it depends on."""
         call = self._call(name)
         if call.output is not None:
             self._replayed(call)
@@ -254,7 +260,10 @@ class Attempt:
         try:
             await self._committed()
             output = await self.persist(lambda: act(call))
-            await self._record(call, input_json, output)
+            if records:
+                self._recorded(call)
+            else:
+                await self._record(call, input_json, output)
             return output
         finally:
             self._leave()
@@ -380,6 +389,80 @@ class Attempt:
             return "null"
 
         await self.effect("durable.set_event", json.dumps([key]), publish)
+
+    async def write_stream(self, key: str, value: str | None) -> int:
+        """Append ``value`` to this workflow's stream ``key`` (``None`` closes it), once per
+        call site: the value and the call's record are one transaction; its offset."""
+        streams = streams_of(self.store)
+        name = "durable.write_stream" if value is not None else "durable.close_stream"
+        input_json = json.dumps([key])
+
+        async def append(call: Call) -> str:
+            at = await streams.write_stream(
+                self.lease, key, value, call.index, name, input_json, path=call.stored_path
+            )
+            return str(at)
+
+        return int(await self.effect(name, input_json, append, records=True))
+
+    async def recv_update(
+        self, name: str, until: timedelta | None, validate: Callable[[str], str | None]
+    ) -> str:
+        """The next update ``name`` (``[update id, payload JSON]`` as JSON), taken in the
+        transaction that records this call, or ``"null"`` at the deadline. ``validate(payload)``
+        returns an error JSON to reject one (it never enters the history) or ``None``."""
+        updates = updates_of(self.store)
+        step_name, input_json = "durable.recv_update", json.dumps([name])
+
+        async def over(call: Call) -> str | None:
+            workflow_id = self.claimed.id
+            while True:
+                found = await self.persist(lambda: updates.next_update(workflow_id, name))
+                if found is None:
+                    return None
+                update_id = found.update_id
+                refused = validate(found.payload)
+                if refused is not None:
+                    reject = functools.partial(
+                        updates.reject_update, self.lease, update_id, refused
+                    )
+                    await self.persist(reject)
+                    continue
+                output = json.dumps([update_id, found.payload])
+                take = functools.partial(
+                    updates.take_update,
+                    self.lease,
+                    update_id,
+                    call.index,
+                    step_name,
+                    input_json,
+                    output,
+                    path=call.stored_path,
+                )
+                taken = await self.persist(take)
+                if taken:
+                    self._recorded(call)
+                    return output
+
+        return await self.wait(
+            step_name,
+            input_json,
+            kind=WaitKind.UPDATE,
+            key=name,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+
+    async def reply_update(self, update_id: str, reply: str) -> None:
+        """Reply ``reply`` to the update ``update_id`` this workflow took, once per call site."""
+        updates = updates_of(self.store)
+
+        async def answer(call: Call) -> str:
+            await updates.reply_update(self.lease, update_id, reply)
+            return "null"
+
+        await self.effect("durable.reply_update", json.dumps([update_id]), answer)
 
     async def send(
         self,

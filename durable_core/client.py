@@ -321,6 +321,27 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         await self.store.send(workflow_id, topic, payload, idempotency_key or str(uuid.uuid4()))
         await message_sent(self.store, workflow_id, topic)
 
+    async def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        timeout: float | timedelta | None = None,
+        update_id: str | None = None,
+    ) -> Any:
+        """Send the update ``name`` with ``payload`` to a running workflow and return the
+        body's reply (``recv_update(name)`` then ``req.reply(value)``). The same
+        ``update_id`` sent again gets the same reply, the request handled once. Raises
+        :class:`~durable_core.errors.UpdateRejectedError` (its validator refused it),
+        :class:`~durable_core.errors.UpdateNotHandledError` (the workflow ended first) or
+        :class:`~durable_core.errors.UpdateTimeoutError` (no reply within ``timeout``)."""
+        from .updates import update
+
+        return await update(
+            self.store, workflow_id, name, payload, timeout=timeout, update_id=update_id
+        )
+
     async def cancel(self, workflow_id: str) -> None:
         """Cancel a workflow and its unfinished children (see :meth:`WorkflowHandle.cancel`)."""
         await self.handle(workflow_id).cancel()

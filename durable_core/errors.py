@@ -200,6 +200,38 @@ class StatsNotSupportedError(FrameworkError):
     retryable = False
 
 
+class TalkNotSupportedError(FrameworkError):
+    """This store keeps no streams or updates (it lacks ``Streams`` or ``Updates``)."""
+
+    retryable = False
+
+
+class StreamClosedError(InvalidStateError):
+    """A body wrote to a stream it had closed."""
+
+    retryable = False
+
+
+class UpdateRejectedError(FrameworkError):
+    """The workflow's validator rejected an update: it never entered the history."""
+
+    retryable = False
+
+
+class UpdateConflictError(FrameworkError):
+    """An update id was sent again with another name or payload."""
+
+    retryable = False
+
+
+class UpdateNotHandledError(InvalidStateError):
+    """The workflow ended (or was not running) before it replied to the update."""
+
+
+class UpdateTimeoutError(WaitTimeoutError):
+    """No reply came in time. The update stays sent: the same update id awaits it again."""
+
+
 class LeaseLostError(FrameworkError):
     """The worker no longer holds the lease on a workflow; another worker owns it now."""
 
@@ -283,7 +315,13 @@ __all__ = [
     "StepNameMismatchError",
     "StoreError",
     "StoreUnavailableError",
+    "StreamClosedError",
+    "TalkNotSupportedError",
     "UnknownWorkflowError",
+    "UpdateConflictError",
+    "UpdateNotHandledError",
+    "UpdateRejectedError",
+    "UpdateTimeoutError",
     "ValueTooLargeError",
     "WaitTimeoutError",
     "WorkerStartError",

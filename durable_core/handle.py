@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast, overload
@@ -22,6 +23,7 @@ from .oncall import why_pending
 from .records import AttemptRecord, StepRecord, StepTryRecord, WorkflowRecord, WorkflowStatus
 from .serialization import convert, decode
 from .store import Store
+from .streams import read_stream
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -234,6 +236,12 @@ class WorkflowHandle(Generic[R]):
             if deadline is not None:
                 pause = min(pause, deadline - anyio.current_time())
             await anyio.sleep(max(pause, 0.0))
+
+    def read_stream(self, key: str, *, offset: int = 0) -> AsyncIterator[Any]:
+        """The values the workflow writes to its stream ``key`` (``write_stream``), in order
+        from ``offset``, as they come: ``async for value in handle.read_stream(key)``. It
+        ends after the body closes the key (``close_stream``) or once the workflow ends."""
+        return read_stream(self.store, self.id, key, offset)
 
     async def error(self) -> dict[str, Any] | None:
         """The recorded error (type, message, traceback, step) of the last failed attempt."""

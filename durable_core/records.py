@@ -51,6 +51,8 @@ class WaitKind(enum.StrEnum):
     CHILD = "child"
     RETRY = "retry"
     """A step's next try, due later than a worker should hold a slot for."""
+    UPDATE = "update"
+    """An update (a caller's request) of a name."""
 
 
 MAX_TOPIC = 200
@@ -338,3 +340,37 @@ class Settlement:
     retry_delay_seconds: float = 0.0
     step: StepWrite | None = None
     """The attempt's last step write, written with the settlement (only if it lands)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPage:
+    """Values of one stream key from an offset on: ``(offset, value JSON)`` in order, and
+    whether the key is closed (its last entry read here is the close)."""
+
+    entries: list[tuple[int, str]]
+    closed: bool
+
+
+class UpdateStatus(enum.StrEnum):
+    """Where a caller's update stands."""
+
+    PENDING = "pending"
+    """Sent; the body has not received it."""
+    TAKEN = "taken"
+    """The body received it (recorded in its history) and has not replied."""
+    REPLIED = "replied"
+    REJECTED = "rejected"
+    """The body's validator refused it; it never entered the history."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRecord:
+    """One update of a workflow: its request, where it stands, and the reply or rejection."""
+
+    workflow_id: str
+    update_id: str
+    name: str
+    payload: str
+    status: UpdateStatus
+    reply: str | None
+    error: str | None

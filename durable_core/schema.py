@@ -102,6 +102,8 @@ workflow_attempts = metadata.tables["workflow_attempts"]
 workflow_schedules = metadata.tables["workflow_schedules"]
 workflow_step_tries = metadata.tables["workflow_step_tries"]
 workflow_workers = metadata.tables["workflow_workers"]
+workflow_streams = metadata.tables["workflow_streams"]
+workflow_updates = metadata.tables["workflow_updates"]
 
 
 WORKFLOW_TABLES = ", ".join(
@@ -130,6 +132,8 @@ __all__ = [
     "workflow_schedules",
     "workflow_step_tries",
     "workflow_steps",
+    "workflow_streams",
+    "workflow_updates",
     "workflow_workers",
     "workflows",
 ]

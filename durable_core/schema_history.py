@@ -134,11 +134,12 @@ def _v2() -> list[ops.MigrateOperation]:
     ]
 
 
-def _workflow_id(table: str) -> sa.Column[str]:
-    """A ``workflow_id`` column of ``table``, its rows deleted with their workflow."""
+def _workflow_id(table: str, length: int = 36) -> sa.Column[str]:
+    """A ``workflow_id`` column of ``table``, its rows deleted with their workflow (36
+    characters until version 7 widened every one to 255)."""
     return sa.Column(
         "workflow_id",
-        sa.String(36),
+        sa.String(length),
         sa.ForeignKey("workflows.id", ondelete="CASCADE", name=f"fk_{table}_workflow_id"),
         nullable=False,
     )
@@ -413,6 +414,52 @@ def _v7() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v8() -> list[ops.MigrateOperation]:
+    return [
+        # Streams: each key's values in order (stream_offset 0, 1, ...), written by the body; a row
+        # whose value is NULL closes its key. The writing call's step row is written in the
+        # same transaction, so a retried body never writes an offset twice.
+        _table(
+            "workflow_streams",
+            sa.Column(
+                "workflow_id",
+                sa.String(255),
+                sa.ForeignKey(
+                    "workflows.id", ondelete="CASCADE", name="fk_workflow_streams_workflow_id"
+                ),
+                primary_key=True,
+            ),
+            sa.Column("key", sa.String(255), primary_key=True),
+            sa.Column("stream_offset", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("value", json_text(), nullable=True),
+            sa.Column("written_at", UTCDateTime(), nullable=False),
+        ),
+        # Updates: a caller's named request to a running workflow and the body's reply.
+        # status: pending (sent), taken (the body received it), replied, rejected (its
+        # validator refused it, never in the history), dropped (the workflow ended first).
+        _table(
+            "workflow_updates",
+            _serial(),
+            _workflow_id("workflow_updates", 255),
+            sa.Column("update_id", sa.String(64), nullable=False),
+            sa.Column("name", sa.String(200), nullable=False),
+            sa.Column("payload", json_text(), nullable=False),
+            sa.Column("status", sa.String(16), nullable=False),
+            sa.Column("reply", json_text(), nullable=True),
+            sa.Column("error", json_text(), nullable=True),
+            sa.Column("sent_at", UTCDateTime(), nullable=False),
+            sa.Column("replied_at", UTCDateTime(), nullable=True),
+        ),
+        ops.CreateIndexOp(
+            "ux_workflow_updates_update_id",
+            "workflow_updates",
+            ["workflow_id", "update_id"],
+            unique=True,
+        ),
+        _index("ix_workflow_updates_inbox", "workflow_updates", "workflow_id", "name", "seq"),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -435,6 +482,7 @@ VERSIONS: tuple[SchemaVersion, ...] = (
         "ids users choose (255 characters); partial indexes, one index dropped",
         _v7,
     ),
+    SchemaVersion(8, "durable_schema_v8", "talking to running workflows: streams and updates", _v8),
 )
 
 LATEST = VERSIONS[-1].number

@@ -36,6 +36,23 @@ from .records import (
     WorkflowStatus,
 )
 from .schedules import ScheduleRecord
+from .talk_roles import Streams, Updates, Watch
+
+__all__ = [
+    "BatchWriter",
+    "CancelFeed",
+    "Claimer",
+    "EmbeddedDatabase",
+    "OperatorQueries",
+    "ScheduleFeed",
+    "StepWriter",
+    "Store",
+    "Streams",
+    "Updates",
+    "Watch",
+    "WorkerRegistry",
+    "WorkflowStats",
+]
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -245,6 +245,20 @@ class SyncHandle(Generic[R]):
         (``None`` then); with no timeout, until it appears."""
         return self._call("get_event", key, timeout)
 
+    def read_stream(self, key: str, *, offset: int = 0) -> Iterator[Any]:
+        """The values of the workflow's stream ``key`` from ``offset``, each as it comes,
+        until the key is closed or the workflow ends (blocking between values)."""
+        handle: WorkflowHandle[R] = WorkflowHandle(self._client.store, self.id, self.name)
+        values = handle.read_stream(key, offset=offset)
+        try:
+            while True:
+                try:
+                    yield self._client.call(values.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._client.call(values.aclose)  # type: ignore[attr-defined]
+
 
 class SyncClient(SyncOnCallMethods):
     """A blocking :class:`~durable_core.client.DurableClient` on the store for ``url``
@@ -387,6 +401,20 @@ class SyncClient(SyncOnCallMethods):
         """Send ``message`` to workflow ``workflow_id`` (see :meth:`DurableClient.send`)."""
         self.call(
             self.client.send, workflow_id, message, topic=topic, idempotency_key=idempotency_key
+        )
+
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        timeout: float | timedelta | None = None,
+        update_id: str | None = None,
+    ) -> Any:
+        """Send an update and return the body's reply (see :meth:`DurableClient.update`)."""
+        return self.call(
+            self.client.update, workflow_id, name, payload, timeout=timeout, update_id=update_id
         )
 
     def handle(self, workflow_id: str) -> SyncHandle[Any]:

@@ -63,6 +63,9 @@ CANCEL_CHANNEL = "durable_cancel"
 """The ``NOTIFY`` channel a cancel announces its workflow's id on, for the worker running it."""
 SCHEDULE_CHANNEL = "durable_schedules"
 """The ``NOTIFY`` channel a schedule's addition or change is announced on, for the schedulers."""
+TALK_CHANNEL = "durable_talk"
+"""The ``NOTIFY`` channel a stream write or an update's reply announces its workflow's id on,
+for the readers and callers waiting on it."""
 
 
 class PostgresDialect(SQLDialect):
@@ -101,6 +104,11 @@ class PostgresDialect(SQLDialect):
 
     def announce_schedules(self, statement: sa.Insert | sa.Update) -> sa.Executable:
         return statement.returning(sa.func.pg_notify(const(SCHEDULE_CHANNEL), const("")))
+
+    def announce_talk(
+        self, statement: sa.Insert | sa.Update, workflow_id: sa.ColumnElement[Any]
+    ) -> sa.Executable:
+        return statement.returning(sa.func.pg_notify(const(TALK_CHANNEL), workflow_id))
 
     def before_quote(self, text: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         return sa.func.split_part(text, sa.literal('"'), 1)

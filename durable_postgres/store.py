@@ -22,11 +22,14 @@ from durable_core.queues import Route
 from durable_core.records import ClaimedWorkflow, Settlement, StepWrite
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
+from durable_core.sql.streams import PollingWatch
+from durable_core.talk_roles import Watch
 
 from . import flush
 from .connector import AsyncpgConnector
 from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect, PostgresStatements
 from .listener import Listener
+from .talk import TalkFeed
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
 _POOL_ONLY_OPTIONS = frozenset(
@@ -161,6 +164,7 @@ class PostgresStore(SQLStore):
         self._flushes: dict[frozenset[str], sa.Executable] = {}
         """The flush statement for each mix of writes, built when first needed."""
         self._schedule_handlers: list[Callable[[], None]] = []
+        self._talk = TalkFeed(self._listen_connection) if self._listener is not None else None
 
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
         return await self.connector.connect(timeout)
@@ -170,11 +174,15 @@ class PostgresStore(SQLStore):
         await super().open()
         if self._listener is not None:
             self._listener.reopen()
+        if self._talk is not None:
+            self._talk.reopen()
 
     async def close(self) -> None:
         """Close the listener connection and the pool."""
         if self._listener is not None:
             await self._listener.close()
+        if self._talk is not None:
+            await self._talk.close()
         if self._wakeup is not None:
             self._wakeup.set()
         await super().close()
@@ -233,6 +241,13 @@ class PostgresStore(SQLStore):
         if listener is not None and listening:
             listener.caught_up()
         return [claimed_from_row(row, worker_id, steps=True, crashed=True) for row in rows]
+
+    def watch(self, workflow_id: str) -> Watch:
+        """A watch on ``workflow_id``'s stream writes and update replies, woken by
+        ``NOTIFY`` (polling when this store does not listen)."""
+        if self._talk is None:
+            return PollingWatch()
+        return self._talk.watch(workflow_id)
 
     def on_cancel(self, handler: Callable[[str], None]) -> bool:
         """Call ``handler(workflow_id)`` as soon as any process cancels a workflow, from

@@ -37,11 +37,11 @@ MYSQL_URL = _per_process(
 
 def scratch_name(name: str) -> str:
     """The name of a test's extra database ``name``, made this test run's own: suffixed with
-    the test database's name when that is not the default (another checkout's run on the
-    same servers), so runs side by side never drop each other's databases."""
+    the test database's name when that is not the default (a pytest-xdist worker's, or
+    another checkout's run on the same servers), so runs side by side never drop each
+    other's databases."""
     stem = re.sub(r"[?].*$", "", POSTGRES_URL).rsplit("/", 1)[1]
-    default = _per_process("postgresql:///durable_test").rsplit("/", 1)[1]
-    return name if stem == default else f"{name}_{stem}"[:63]
+    return name if stem == "durable_test" else f"{name}_{stem}"[:63]
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,8 @@ DURABLE_TABLES = (
     "workflow_schedules",
     "workflow_step_tries",
     "workflow_steps",
+    "workflow_streams",
+    "workflow_updates",
     "workflow_workers",
     "workflows",
 )

@@ -19,6 +19,8 @@ from bench.scenarios import (
     memory_waiting,
     plans,
     steps,
+    streams,
+    updates,
     wake,
 )
 
@@ -32,6 +34,8 @@ ALL: tuple[ModuleType, ...] = (
     latency,
     wake,
     gather,
+    streams,
+    updates,
     claim,
     claim_waiting,
     steps,

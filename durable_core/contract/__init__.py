@@ -46,11 +46,14 @@ if TYPE_CHECKING:
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .store_contract import StoreContract
     from .support import Tamper, default_tamper, engine_tamper
+    from .talk_contract import StreamsContract, UpdatesContract
 
 _WHERE = {
     "ClaimerContract": "claimer_contract",
     "NoClaimerContract": "claimer_contract",
     "StoreContract": "store_contract",
+    "StreamsContract": "talk_contract",
+    "UpdatesContract": "talk_contract",
     "Tamper": "support",
     "default_tamper": "support",
     "engine_tamper": "support",
@@ -60,7 +63,9 @@ __all__ = [
     "ClaimerContract",
     "NoClaimerContract",
     "StoreContract",
+    "StreamsContract",
     "Tamper",
+    "UpdatesContract",
     "default_tamper",
     "engine_tamper",
 ]

@@ -118,6 +118,14 @@ class SQLDialect:
         their next write)."""
         return statement
 
+    def announce_talk(
+        self, statement: sa.Insert | sa.Update, workflow_id: sa.ColumnElement[Any]
+    ) -> sa.Executable:
+        """``statement``, which writes a stream value or an update's reply of the workflow
+        ``workflow_id`` (a column of its table), made to wake that workflow's readers and
+        callers when it commits (where the database can; else they poll)."""
+        return statement
+
     def before_quote(self, text: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
         """``text`` up to its first double quote (all of it when it has none)."""
         quote = sa.literal('"')

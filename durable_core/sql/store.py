@@ -34,12 +34,20 @@ from .reading import ReadOperations
 from .rows import claimed_from_row
 from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS
+from .streams import StreamOperations
+from .updates import UpdateOperations
 from .waiting import WaitingOperations
 from .workers import WorkerOperations
 
 
 class SQLStore(
-    WaitingOperations, ScheduleOperations, WorkerOperations, OperatorOperations, ReadOperations
+    WaitingOperations,
+    StreamOperations,
+    UpdateOperations,
+    ScheduleOperations,
+    WorkerOperations,
+    OperatorOperations,
+    ReadOperations,
 ):
     """A store over any SQL database, given its dialect and a connector.
 

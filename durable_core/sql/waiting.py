@@ -18,6 +18,7 @@ from ..records import MAX_TOPIC, Lease, Wait, WaitKind, soonest_deadline, waitin
 from . import errors
 from .base import SQLStoreBase
 from .connector import Params
+from .updates import PENDING_UPDATE
 
 
 class _StillRunning(Exception):
@@ -102,6 +103,8 @@ class WaitingOperations(SQLStoreBase):
             return q.next_message, {"workflow": lease.workflow_id, "topic": wait.key}
         if wait.kind is WaitKind.CHILD:
             return q.settled, {"workflow": wait.key}
+        if wait.kind is WaitKind.UPDATE:
+            return PENDING_UPDATE, {"workflow": lease.workflow_id, "name": wait.key}
         return None
 
     async def receive(

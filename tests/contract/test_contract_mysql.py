@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from durable_core import schema
-from durable_core.contract import NoClaimerContract, StoreContract
+from durable_core.contract import NoClaimerContract, StoreContract, StreamsContract, UpdatesContract
 from durable_mysql import MySQLStore
 
 
@@ -37,5 +37,5 @@ async def durable_second_store(
     await store.close()
 
 
-class TestMySQLStore(StoreContract, NoClaimerContract):
+class TestMySQLStore(StoreContract, NoClaimerContract, StreamsContract, UpdatesContract):
     pass

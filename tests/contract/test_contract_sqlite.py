@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_core.contract import NoClaimerContract, StoreContract
+from durable_core.contract import NoClaimerContract, StoreContract, StreamsContract, UpdatesContract
 from durable_sqlite import SQLiteStore
 
 
@@ -30,5 +30,5 @@ async def durable_second_store(
     await store.close()
 
 
-class TestSQLiteStore(StoreContract, NoClaimerContract):
+class TestSQLiteStore(StoreContract, NoClaimerContract, StreamsContract, UpdatesContract):
     pass

@@ -7,7 +7,13 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from durable_core.contract import ClaimerContract, StoreContract, Tamper
+from durable_core.contract import (
+    ClaimerContract,
+    StoreContract,
+    StreamsContract,
+    Tamper,
+    UpdatesContract,
+)
 from durable_core.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 
@@ -69,5 +75,5 @@ def durable_tamper(postgres_url: str) -> Tamper:
     return tamper
 
 
-class TestPostgresStore(StoreContract, ClaimerContract):
+class TestPostgresStore(StoreContract, ClaimerContract, StreamsContract, UpdatesContract):
     pass

@@ -1,0 +1,31 @@
+"""A store on each backend for the streams and updates tests (fresh tables each test)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from durable_core import open_store
+from durable_core.store import Store
+from tests.conftest import POSTGRES_URL, empty_mysql_database, fresh_postgres_database
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+async def talk_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """An open store with the schema applied on a fresh database of each backend."""
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'durable.db'}"
+    elif request.param == "postgresql":
+        url = await fresh_postgres_database(POSTGRES_URL, f"{base}_{module}")
+    else:
+        url = await empty_mysql_database(f"{base}_{module}")
+    store = await open_store(url)
+    await store.apply_schema()
+    try:
+        yield store
+    finally:
+        await store.close()
