@@ -16,6 +16,7 @@ from .client import (
     start_workflows,
     use_store,
 )
+from .codec import Codec, allow_modules, durable_type, register_codec, register_type, use_codec
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import MAX_DURATION
@@ -46,6 +47,7 @@ from .errors import (
     StepNameMismatchError,
     StoreError,
     StoreUnavailableError,
+    UnknownCodecError,
     UnknownWorkflowError,
     ValueTooLargeError,
     WaitTimeoutError,
@@ -73,6 +75,7 @@ from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
     "BodyRaisedError",
+    "Codec",
     "MAX_DURATION",
     "Queue",
     "RateLimit",
@@ -113,6 +116,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "UnknownCodecError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
@@ -130,7 +134,9 @@ __all__ = [
     "WorkflowStart",
     "WorkflowTimeoutError",
     "WorkflowStatus",
+    "allow_modules",
     "cleanup",
+    "durable_type",
     "current_store",
     "default_registry",
     "deprecate_patch",
@@ -139,9 +145,11 @@ __all__ = [
     "now",
     "open_store",
     "patched",
+    "register_codec",
     "random",
     "recv",
     "register_observer",
+    "register_type",
     "send",
     "set_default_store",
     "set_event",
@@ -152,6 +160,7 @@ __all__ = [
     "start_workflows",
     "store_from_url",
     "unregister_observer",
+    "use_codec",
     "use_store",
     "workflow",
     "workflow_step",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import anyio
 import anyio.lowlevel
 
+from .codec import decode, encode, encode_arguments
 from .coltypes import utcnow
 from .config import WorkflowConfig
 from .context import enter_step, leave_step
@@ -37,7 +38,6 @@ from .journal import Call, Journal, derived_id
 from .records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
 from .redaction import get_logger
 from .retry import RetryPolicy
-from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
 from .suspension import Suspension, stopped
 

@@ -81,6 +81,14 @@ class SerializationError(FrameworkError):
     retryable = False
 
 
+class UnknownCodecError(SerializationError):
+    """A stored value names a codec (``@name:...``) that this process has not registered with
+    :func:`~durable_core.codec.register_codec`, or :func:`~durable_core.codec.use_codec` was
+    given such a name. Retryable: a worker that registers the codec can read the value."""
+
+    retryable = True
+
+
 class DeterminismError(FrameworkError):
     """A replay broke the determinism contract: at step ``index`` (``path`` in a concurrent
     body) the body called ``called`` where its history holds ``recorded``."""

@@ -11,6 +11,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .codec import encode_arguments
 from .coltypes import utcnow
 from .config import default_max_attempts
 from .context import body_effect
@@ -21,7 +22,6 @@ from .redaction import get_logger
 from .registry import Registry, Workflow, as_workflow, check_arguments, default_registry
 from .scheduler import tick_workflow
 from .schedules import Cron, Schedule, ScheduleRecord, check_name
-from .serialization import encode_arguments
 from .store import Store, WorkerRegistry
 
 logger = get_logger("durable_core.scheduler")

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..codec import TAG_KEY
 from ..failures import load_error
 from ..records import StepRecord, StepTryRecord, WorkflowRecord
 from ..redaction import redact
-from ..serialization import TAG_KEY
 
 
 def show_value(text: str | None) -> str:
