@@ -218,11 +218,22 @@ def decode(text: str, *, what: str = "value") -> object:
     return _call(codec, "decode", payload, what)
 
 
-def encode_arguments(args: tuple[object, ...], kwargs: dict[str, object], *, what: str) -> str:
+def _codec_of(text: str) -> Codec:
+    """The codec that wrote ``text`` (JSON when it names none)."""
+    if not text.startswith(_MARK):
+        return JSON
+    name = text[1:].partition(":")[0]
+    return codec_named(name)
+
+
+def encode_arguments(
+    args: tuple[object, ...], kwargs: dict[str, object], *, what: str, like: str | None = None
+) -> str:
     """Encode call arguments as ``{"args": [...], "kwargs": {...}}``, deterministically.
 
     With the JSON codec the same arguments always give the same text, in any process: dict
-    order is kept and set items are sorted by their encoded text.
+    order is kept and set items are sorted by their encoded text. ``like``, stored text,
+    picks the codec that wrote it instead of the default, so a replay compares like with like.
     """
     if not isinstance(args, tuple | list):
         raise SerializationError(
@@ -230,7 +241,7 @@ def encode_arguments(args: tuple[object, ...], kwargs: dict[str, object], *, wha
         )
     if not isinstance(kwargs, dict) or not all(type(k) is str for k in kwargs):
         raise SerializationError(f"cannot encode {what}: kwargs must be a dict with str keys")
-    codec = _default
+    codec = _default if like is None else _codec_of(like)
     if codec is JSON:
         return JSON.encode_call(list(args), kwargs, what=what)
     call = {"args": list(args), "kwargs": dict(kwargs)}
