@@ -53,6 +53,7 @@ from .formats import (
     encode,
     encode_arguments,
     register_codec,
+    same_arguments,
     use_codec,
 )
 from .text import TAG_KEY
@@ -71,5 +72,6 @@ __all__ = [
     "encode_arguments",
     "register_codec",
     "register_type",
+    "same_arguments",
     "use_codec",
 ]

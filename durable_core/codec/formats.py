@@ -29,6 +29,7 @@ __all__ = [
     "encode",
     "encode_arguments",
     "register_codec",
+    "same_arguments",
     "use_codec",
 ]
 
@@ -263,3 +264,15 @@ def decode_arguments(text: str, *, what: str) -> tuple[tuple[object, ...], dict[
             f'"kwargs": {{...}}}}: {short(obj, 200)}'
         )
     return tuple(obj["args"]), obj["kwargs"]
+
+
+def same_arguments(text: str, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
+    """Whether stored call arguments read back identical (types included) to ``args`` and
+    ``kwargs``: the same call, recorded before a class was renamed or the codec changed."""
+    try:
+        stored_args, stored_kwargs = decode_arguments(text, what="recorded arguments")
+        same(list(stored_args), list(args))
+        same(stored_kwargs, dict(kwargs))
+    except (FrameworkError, Mismatch, RecursionError):
+        return False
+    return True
