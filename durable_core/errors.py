@@ -279,6 +279,7 @@ __all__ = [
     "StepNameMismatchError",
     "StoreError",
     "StoreUnavailableError",
+    "UnknownCodecError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
