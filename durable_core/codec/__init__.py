@@ -35,9 +35,9 @@ the class is registered under (:func:`durable_type`), else ``module:qualname``.
 :func:`encode` proves every value it accepts: it reads the text back and compares the result
 with the original (types included, recursively) and raises :class:`SerializationError` on the
 first run if anything would change. Decoding never guesses and never imports a module that
-stored text names unless the type is registered or its module allowed (:mod:`.types`).
+stored text names unless the type is registered or its module allowed (:mod:`.registry`).
 
-Modules: ``text`` (JSON text and shared helpers), ``types`` (the registry of type names),
+Modules: ``text`` (JSON text and shared helpers), ``registry`` (the registry of type names),
 ``encode``, ``decode``, ``verify``, ``formats`` (named codecs and the public functions),
 ``convert`` (msgspec). They import only :mod:`durable_core.errors` from the rest of the library.
 """
@@ -56,8 +56,8 @@ from .formats import (
     same_arguments,
     use_codec,
 )
+from .registry import allow_modules, durable_type, register_type
 from .text import TAG_KEY
-from .types import allow_modules, durable_type, register_type
 
 __all__ = [
     "TAG_KEY",

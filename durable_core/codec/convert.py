@@ -15,8 +15,8 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from ..errors import SerializationError
+from .registry import pydantic_base
 from .text import type_name
-from .types import pydantic_base
 
 __all__ = ["convert"]
 

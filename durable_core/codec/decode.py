@@ -1,6 +1,6 @@
 """Decoding: stored JSON text back into values, tagged objects rebuilt bottom-up.
 
-Type names in stored text are resolved by :func:`durable_core.codec.types.resolve`, which
+Type names in stored text are resolved by :func:`durable_core.codec.registry.resolve`, which
 never imports a module the text names unless it is registered or allowed.
 """
 
@@ -18,8 +18,8 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from .encode import PATH_TYPES, pydantic_validate_by_name
+from .registry import entry_named, pydantic_base, resolve
 from .text import TAG_KEY, DecodeProblem, reject_constant, short, type_name
-from .types import entry_named, pydantic_base, resolve
 
 __all__ = ["MISSING", "decode_text"]
 

@@ -1,7 +1,7 @@
 """Encoding: a value becomes a tree of JSON-native values, tagged where JSON has no type.
 
 See :mod:`durable_core.codec` for the tags. Classes are stored under the name the registry
-gives them (:mod:`durable_core.codec.types`); a registered codec turns a user's own class
+gives them (:mod:`durable_core.codec.registry`); a registered codec turns a user's own class
 into a storable value.
 """
 
@@ -19,8 +19,8 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+from .registry import entry_for, pydantic_base, stored_name
 from .text import INT_LIMIT, TAG_KEY, Refusal, json_text, short, type_name
-from .types import entry_for, pydantic_base, stored_name
 
 __all__ = ["PATH_TYPES", "dataclass_info", "pydantic_validate_by_name", "tree", "tz_tree"]
 

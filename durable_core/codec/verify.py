@@ -15,8 +15,8 @@ from typing import Any
 
 from .decode import MISSING
 from .encode import PATH_TYPES, dataclass_info, tz_tree
+from .registry import entry_for, pydantic_base
 from .text import Mismatch, short, type_name
-from .types import entry_for, pydantic_base
 
 __all__ = ["same"]
 
