@@ -84,9 +84,8 @@ class SerializationError(FrameworkError):
 class UnknownCodecError(SerializationError):
     """A stored value names a codec (``@name:...``) that this process has not registered with
     :func:`~durable_core.codec.register_codec`, or :func:`~durable_core.codec.use_codec` was
-    given such a name. Retryable: a worker that registers the codec can read the value."""
-
-    retryable = True
+    given such a name. Not retryable, like :class:`UnknownWorkflowError`: the code that runs
+    the workflow lacks what its rows need."""
 
 
 class DeterminismError(FrameworkError):

@@ -370,3 +370,16 @@ def test_an_allowed_module_is_imported_when_stored_text_names_it(
         sys.modules.pop("codec_allowed_pkg_mod", None)
     with pytest.raises(RegistrationError, match="invalid module name"):
         allow_modules("not a module")
+
+
+async def test_a_row_naming_an_unregistered_codec_fails_naming_the_codec(
+    store_and_sql: tuple[Store, Callable[[str, str], Awaitable[None]]],
+) -> None:
+    store, set_input = store_and_sql
+    handle = await DurableClient(store).start_workflow(sum_doubled, 1, 2)
+    await set_input(handle.id, "@protobuf:CgRhYmNk")  # written by a worker that had the codec
+    assert await WorkflowRunner(store, FAST).run_once(handle) is WorkflowStatus.FAILED
+    record = await handle.info()
+    assert record.error is not None
+    assert "UnknownCodecError" in record.error and "'protobuf'" in record.error
+    assert record.attempts == 1, "not retried: like an unknown workflow, the code lacks it"
