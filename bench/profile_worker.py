@@ -96,7 +96,7 @@ def _kind(frames: tuple[str, ...]) -> str:
 
 
 _FRAMEWORK_KINDS = (
-    ("serialization.py", "framework: JSON encoding and decoding"),
+    ("codec/", "framework: JSON encoding and decoding"),
     ("/sql/", "framework: store wrappers (SQLStore, connector)"),
     ("durable_postgres/", "framework: store wrappers (SQLStore, connector)"),
     ("steps.py", "framework: steps and attempt bookkeeping"),

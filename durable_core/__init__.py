@@ -16,6 +16,7 @@ from .client import (
     start_workflows,
     use_store,
 )
+from .codec import Codec, allow_modules, durable_type, register_codec, register_type, use_codec
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import MAX_DURATION
@@ -50,6 +51,7 @@ from .errors import (
     StoreUnavailableError,
     StreamClosedError,
     TalkNotSupportedError,
+    UnknownCodecError,
     UnknownWorkflowError,
     UpdateConflictError,
     UpdateNotHandledError,
@@ -84,6 +86,7 @@ from .waiting import now, random, recv, send, set_event, sleep, sleep_until
 
 __all__ = [
     "BodyRaisedError",
+    "Codec",
     "MAX_DURATION",
     "Queue",
     "RateLimit",
@@ -131,6 +134,7 @@ __all__ = [
     "UpdateRejectedError",
     "UpdateRequest",
     "UpdateTimeoutError",
+    "UnknownCodecError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
     "WaitTimeoutError",
@@ -148,8 +152,10 @@ __all__ = [
     "WorkflowStart",
     "WorkflowTimeoutError",
     "WorkflowStatus",
+    "allow_modules",
     "cleanup",
     "close_stream",
+    "durable_type",
     "current_store",
     "default_registry",
     "deprecate_patch",
@@ -158,10 +164,12 @@ __all__ = [
     "now",
     "open_store",
     "patched",
+    "register_codec",
     "random",
     "recv",
     "recv_update",
     "register_observer",
+    "register_type",
     "send",
     "set_default_store",
     "set_event",
@@ -172,6 +180,7 @@ __all__ = [
     "start_workflows",
     "store_from_url",
     "unregister_observer",
+    "use_codec",
     "use_store",
     "workflow",
     "workflow_step",

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar, cast
 import anyio
 import anyio.lowlevel
 
+from .codec import decode, encode, encode_arguments, same_arguments
 from .config import WorkflowConfig
 from .context import enter_step, leave_step
 from .durations import utcnow
@@ -37,7 +38,6 @@ from .plugins import message_sent, observers
 from .records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
 from .redaction import get_logger
 from .retry import RetryPolicy
-from .serialization import decode, encode, encode_arguments
 from .store import StepWriter, Store
 from .suspension import Suspension, stopped
 from .talk_roles import streams_of, updates_of
@@ -176,7 +176,11 @@ class Attempt:
         call = self.journal.call(step.name)
         what = f"input of step {step.name!r} (index {call.index})"
         try:
-            input_json = encode_arguments(args, kwargs, what=what)
+            # A recorded input is compared with this one written by the same codec.
+            like = None if call.recorded is None else call.recorded.input
+            input_json = encode_arguments(args, kwargs, what=what, like=like)
+            if like is not None and input_json != like and same_arguments(like, args, kwargs):
+                input_json = like  # the same values, stored before a class was renamed
             if call.recorded is not None:
                 self.journal.check(call, input_json, step=True)
                 if call.output is not None:

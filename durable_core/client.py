@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from . import durations
+from .codec import encode, encode_arguments
 from .config import default_max_attempts
 from .context import WorkflowContext, body_context, body_effect
 from .errors import (
@@ -45,7 +46,6 @@ from .records import (
 )
 from .registry import Workflow, as_workflow
 from .schedule_admin import ScheduleMethods
-from .serialization import encode, encode_arguments
 from .store import Store, WorkflowStats
 
 P = ParamSpec("P")

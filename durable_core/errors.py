@@ -81,6 +81,13 @@ class SerializationError(FrameworkError):
     retryable = False
 
 
+class UnknownCodecError(SerializationError):
+    """A stored value names a codec (``@name:...``) that this process has not registered with
+    :func:`~durable_core.codec.register_codec`, or :func:`~durable_core.codec.use_codec` was
+    given such a name. Not retryable, like :class:`UnknownWorkflowError`: the code that runs
+    the workflow lacks what its rows need."""
+
+
 class DeterminismError(FrameworkError):
     """A replay broke the determinism contract: at step ``index`` (``path`` in a concurrent
     body) the body called ``called`` where its history holds ``recorded``."""
@@ -317,6 +324,7 @@ __all__ = [
     "StoreUnavailableError",
     "StreamClosedError",
     "TalkNotSupportedError",
+    "UnknownCodecError",
     "UnknownWorkflowError",
     "UpdateConflictError",
     "UpdateNotHandledError",

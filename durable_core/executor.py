@@ -21,6 +21,7 @@ import anyio
 
 from . import settling
 from .attempt import Attempt, Ending
+from .codec import decode_arguments, encode
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import utcnow
@@ -29,7 +30,6 @@ from .group_commit import GroupCommit
 from .leases import LeaseKeeper
 from .records import ClaimedWorkflow, WorkflowStatus
 from .registry import Registry, default_registry
-from .serialization import decode_arguments, encode
 
 
 class Executor:

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 import anyio
 
 from . import durations
+from .codec import convert, decode
 from .context import body_context, body_effect
 from .errors import (
     InvalidStateError,
@@ -21,7 +22,6 @@ from .errors import (
 from .failures import load_error, recorded_exception
 from .oncall import why_pending
 from .records import AttemptRecord, StepRecord, StepTryRecord, WorkflowRecord, WorkflowStatus
-from .serialization import convert, decode
 from .store import Store
 from .streams import read_stream
 

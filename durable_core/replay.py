@@ -24,6 +24,7 @@ import anyio
 import anyio.lowlevel
 
 from .attempt import Attempt
+from .codec import decode_arguments
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .durations import utcnow
@@ -31,7 +32,6 @@ from .errors import ConfigurationError, DeterminismError, FrameworkError, Workfl
 from .failures import error_record
 from .records import ClaimedWorkflow, Lease, StepRecord, StepStatus, WorkflowStatus
 from .registry import Registry, default_registry
-from .serialization import decode_arguments
 from .store import Store
 
 FORMAT = "durable-history/1"

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from .codec import encode_arguments
 from .config import WorkflowConfig
 from .durations import utcnow
 from .errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
@@ -39,7 +40,6 @@ from .schedules import (
     plan,
     tick_workflow_id,
 )
-from .serialization import encode_arguments
 from .store import ScheduleFeed, Store
 
 logger = get_logger("durable_core.scheduler")

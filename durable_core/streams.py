@@ -15,9 +15,9 @@ from typing import Any
 
 import anyio
 
+from .codec import decode, encode
 from .context import body_context
 from .errors import ConfigurationError, FrameworkError, WorkflowNotFoundError
-from .serialization import decode, encode
 from .sql.streams import check_key
 from .store import Store
 from .talk_roles import streams_of

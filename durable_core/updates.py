@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from . import durations
+from .codec import decode, encode
 from .context import body_context
 from .errors import (
     ConfigurationError,
@@ -36,7 +37,6 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .records import UpdateStatus
-from .serialization import decode, encode
 from .store import Store
 from .talk_roles import updates_of
 

@@ -17,10 +17,10 @@ import anyio
 
 from . import durations
 from .client import DurableClient, current_store
+from .codec import decode, encode
 from .context import body_context
 from .errors import ConfigurationError, FrameworkError
 from .records import MAX_TOPIC
-from .serialization import decode, encode
 
 
 async def sleep(duration: float | timedelta) -> None:

@@ -32,6 +32,9 @@ def test_values_show_decoded_without_importing_their_types() -> None:
     assert show_value(encode((7,))) == "(7,)"
     assert show_value(encode({1, 2})) == "set({1, 2})"
     assert show_value(None) == "" and show_value("not json") == "not json"
+    custom = '{"__durable__":"custom","type":"money","data":["12.50","EUR"]}'
+    assert show_value(custom) == 'money(["12.50", "EUR"])'
+    assert show_value("@msgpack:gqFu") == "@msgpack:gqFu"  # another codec's text, as stored
 
 
 def test_arguments_show_as_a_call() -> None:

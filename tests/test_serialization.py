@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
+import msgspec
 import pydantic
 import pytest
 
@@ -781,7 +782,7 @@ def test_decode_missing_module() -> None:
         '{"__durable__":"dataclass","type":"no_such_module_xyz:Thing","fields":{}}'
     )
     assert "no_such_module_xyz" in str(error)
-    assert isinstance(error.__cause__, ImportError)
+    assert "not imported" in str(error)  # refused before any import is tried
 
 
 def test_decode_missing_attribute() -> None:
@@ -995,7 +996,7 @@ def test_convert_enum_namedtuple_and_float() -> None:
         ({"x": 1}, Point, "Point"),  # missing field
         ({"street": "s"}, Address, "Address"),  # pydantic validation error
         ("purple", Color, "Color"),
-        ([1, 2, 3], tuple[int, str], "expected 2 items"),
+        ([1, 2, 3], tuple[int, str], "length 2, got 3"),
         ("abc", list, "cannot convert str to list"),
         (1.5, int, "cannot convert float to int"),
         (Opaque(), Point | None, "Point"),
@@ -1010,7 +1011,8 @@ def test_convert_failures(value: Any, target: Any, fragment: str) -> None:
 def test_convert_failure_chains_the_cause() -> None:
     with pytest.raises(SerializationError) as info:
         convert({"x": 1}, Point)
-    assert isinstance(info.value.__cause__, TypeError)
+    assert isinstance(info.value.__cause__, msgspec.ValidationError)  # convert is msgspec's
+    assert "missing required field `y`" in str(info.value)
     with pytest.raises(SerializationError) as info:
         convert({"street": 1}, Address)
     assert isinstance(info.value.__cause__, pydantic.ValidationError)

@@ -16,7 +16,7 @@ from bench import app
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.procs import Proc, fleet, wait_settled
 from durable_core import DurableClient
-from durable_core.serialization import encode_arguments
+from durable_core.codec import encode_arguments
 from durable_postgres import PostgresStore
 
 NAME = "memory"

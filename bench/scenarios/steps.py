@@ -19,8 +19,8 @@ from bench import app, sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, claim_args, enqueue_args
 from durable_core import DurableClient, Executor, WorkflowConfig
+from durable_core.codec import encode, encode_arguments
 from durable_core.records import ClaimedWorkflow, Lease, StepRecord, StepStatus
-from durable_core.serialization import encode, encode_arguments
 from durable_core.worker import WorkflowWorker
 from durable_postgres import PostgresStore
 

@@ -12,6 +12,7 @@ import anyio.lowlevel
 import pytest
 
 from ..client import DurableClient
+from ..codec import encode_arguments
 from ..config import WorkflowConfig
 from ..errors import (
     CorruptRecordError,
@@ -23,7 +24,6 @@ from ..errors import (
 )
 from ..failures import load_error
 from ..records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
-from ..serialization import encode_arguments
 from ..store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs

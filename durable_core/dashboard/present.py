@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..codec import TAG_KEY
 from ..failures import load_error
 from ..records import StepRecord, StepTryRecord, WorkflowRecord
 from ..redaction import redact
-from ..serialization import TAG_KEY
 
 
 def show_value(text: str | None) -> str:
@@ -81,6 +81,8 @@ def _show_tagged(kind: str, tree: dict[str, Any], depth: int) -> str:
         return (
             f"{type_name}(" + ", ".join(f"{k}={_show(v, depth + 1)}" for k, v in data.items()) + ")"
         )
+    if kind == "custom":  # a class stored by the codec registered for it
+        return f"{type_name}({_show(tree.get('data'), depth + 1)})"
     if kind == "namedtuple":
         return f"{type_name}(" + ", ".join(items) + ")"
     if kind == "enum":
