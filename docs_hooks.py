@@ -19,6 +19,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.MULTILINE)
+# A Sphinx role of a docstring (``:class:`~durable_core.errors.StoreError```) as Markdown
+# renders it: the role's name, then the target in <code>, its module dropped after a ``~``.
+SPHINX_ROLE = re.compile(
+    r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):<code>(~?)([^<]*)</code>"
+)
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
@@ -31,6 +36,16 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         return GENERATORS[name]()
 
     return MARKER.sub(render, markdown)
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """Show the Sphinx roles of the docstrings (``:class:`X```) as code, without the role."""
+
+    def render(match: re.Match[str]) -> str:
+        target = match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2)
+        return f"<code>{target}</code>"
+
+    return SPHINX_ROLE.sub(render, html)
 
 
 # -- the CLI -----------------------------------------------------------------------------------
