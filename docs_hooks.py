@@ -84,7 +84,7 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
         if action.option_strings and action.nargs != 0:
             name += f" {value or action.dest.upper()}"
         text = (action.help or "") % {"default": action.default, "prog": parser.prog}
-        rows.append(f"| `{_cell(str(name))}` | {_cell(text)} |")
+        rows.append(f"| `{name}` | {_cell(text)} |")
     if not rows:
         return []
     return ["| argument | meaning |", "| --- | --- |", *rows, ""]
@@ -106,9 +106,9 @@ def cli() -> str:
     from durable_core.cli import build_parser
 
     parser = build_parser()
-    lines = _command(parser, 2, None)
+    lines = _command(parser, 3, None)
     for sub, summary in _subcommands(parser):
-        lines += _command(sub, 3 if sub.prog.count(" ") == 1 else 4, summary)
+        lines += _command(sub, 4 if sub.prog.count(" ") == 1 else 5, summary)
     return "\n".join(lines)
 
 
