@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install quickstart test lint bench bench-smoke
+.PHONY: install quickstart test lint docs docs-serve bench bench-smoke
 
 $(VENV)/.installed: pyproject.toml tests/example_store_plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,15 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-test: lint
+# The docs site (mkdocs.yml): warnings are errors, so a broken link or a stale API name fails
+# (not --quiet: it drops the warnings --strict counts). `make docs-serve` serves it locally.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
+test: lint docs
 	$(PY) -m pytest -n 2 --dist loadfile
 
 bench: install

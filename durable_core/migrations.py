@@ -14,11 +14,13 @@ no ``durable_schema_versions``) counts as version 1.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import re
 import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,22 @@ _PRESENT: dict[type[ops.MigrateOperation], Callable[[sa.Inspector, ops.MigrateOp
 }
 
 
+_ALEMBIC_NOTES = logging.getLogger("alembic.runtime.migration")
+
+
+@contextlib.contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic's INFO notes on the context it makes (``Context impl SQLiteImpl.``, ``Will
+    assume non-transactional DDL.``) say nothing to whoever migrates through us: keep its
+    warnings only while we run it, so ``durable migrate``'s output stays the user's."""
+    level = _ALEMBIC_NOTES.level
+    _ALEMBIC_NOTES.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        _ALEMBIC_NOTES.setLevel(level)
+
+
 def upgrade(conn: sa.Connection, target: int = SCHEMA_VERSION) -> tuple[int, int]:
     """Apply every version after the database's own up to ``target``; return ``(before, after)``.
 
@@ -119,7 +137,9 @@ def upgrade(conn: sa.Connection, target: int = SCHEMA_VERSION) -> tuple[int, int
 
     before = current_version(conn)
     sqlite = conn.dialect.name == "sqlite"
-    operations = Operations(MigrationContext.configure(conn))
+    with _quiet_alembic():
+        context = MigrationContext.configure(conn)
+    operations = Operations(context)
     for version in VERSIONS[before:target]:
         for op in version.operations():
             if sqlite and isinstance(op, NOT_ON_SQLITE):

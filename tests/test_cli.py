@@ -21,6 +21,7 @@ from durable_core.config import SETTINGS
 from durable_core.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
+from tests.conftest import drop_postgres_database, fresh_postgres_database
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -455,6 +456,23 @@ def test_a_bad_log_level_or_format_is_one_line(tmp_path: Path) -> None:
     # Case does not matter; tests/test_metrics.py reads a worker's JSON lines.
     fine = bare("--log-level", "debug", "--log-format", "JSON", "migrate", *db)
     assert fine.returncode == 0, fine.stderr
+
+
+async def test_migrate_prints_its_own_lines_not_alembics(tmp_path: Path, postgres_url: str) -> None:
+    """At the default log level (INFO) `durable migrate` says what it did, and nothing of
+    the Alembic context it runs on (``INFO alembic.runtime.migration: Context impl ...``)."""
+    name = postgres_url.rsplit("/", 1)[1].split("?")[0]
+    postgres = await fresh_postgres_database(postgres_url, f"{name}_quiet_migrate")
+    try:
+        for url in (f"sqlite:///{tmp_path / 'q.db'}", postgres):
+            for _ in range(2):  # creating the tables, then finding them there
+                result = bare("migrate", "--database-url", url)
+                assert result.returncode == 0, result.stderr
+                assert f"durable schema at version {SCHEMA_VERSION}" in result.stdout
+                alembic = [line for line in result.stderr.splitlines() if "alembic" in line]
+                assert alembic == [], f"{url}: {alembic}"
+    finally:
+        await drop_postgres_database(postgres)
 
 
 @workflow_step

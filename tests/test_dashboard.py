@@ -50,8 +50,9 @@ from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[1]
-# README's screenshots are taken by this test: into docs/ with DURABLE_UPDATE_SCREENSHOTS=1,
-# elsewhere into a temporary folder, so a test run leaves the checkout as it was.
+# The docs' dashboard pictures (docs/how-to/dashboard.md) are taken by this test: into docs/
+# with DURABLE_UPDATE_SCREENSHOTS=1, elsewhere into a temporary folder, so a test run leaves
+# the checkout as it was.
 SHOTS = (
     ROOT / "docs"
     if os.environ.get("DURABLE_UPDATE_SCREENSHOTS") == "1"
@@ -417,7 +418,7 @@ async def _exercise(seeded: Seeded, driver: WebDriver, base: str) -> None:
 
 
 def _shot(driver: WebDriver, name: str, height: int = 860) -> None:
-    """A screenshot of the page for docs/screenshots/ (README's pictures)."""
+    """A screenshot of the page for docs/screenshots/ (the docs' pictures)."""
     width = driver.get_window_size()["width"]
     driver.set_window_size(width, height)
     path = SHOTS / "screenshots" / f"{name}.png"

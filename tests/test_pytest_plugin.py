@@ -147,7 +147,8 @@ import pytest
 def anyio_backend():
     return "asyncio"
 """
-"""What README tells a user whose environment has trio too (selenium brings it here)."""
+"""What docs/tutorials/testing.md tells a user whose environment has trio too (selenium
+brings it here)."""
 
 
 def run(pytester: pytest.Pytester, *args: str, conftest: str = "") -> pytest.RunResult:

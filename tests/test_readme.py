@@ -1,13 +1,17 @@
-"""Every ```python block of README.md runs as written.
+"""Every ```python block of README.md and of every docs page (docs/**/*.md) runs as written.
+
+The pages are found by globbing, so a page added under docs/ is tested with no
+change here. Each block's test id is its page and its number there
+(``docs/how-to/waiting.md:3``, and the file it names: ``README.md:2-test_reminder.py``).
 
 Each block runs in a fresh interpreter, in an empty temporary directory, with
 the repository root on ``PYTHONPATH`` and no ``DURABLE_*``/``WORKFLOW_*``
 variable set, so it must be complete: its own imports, workflows and store.
 
 - A block whose first line is a comment naming a Python file
-  (``# my_store/store.py``) is that file. Every such block is written into the
-  directory of every block, so one block may import another (the contract
-  suite's block imports ``my_store.store``).
+  (``# my_store/store.py``) is that file. Every such block of a page is
+  written into the directory of every block of that page, so one block may
+  import another (the contract suite's block imports ``my_store.store``).
 - A block naming a ``test_*.py`` file is a pytest module: it runs under
   pytest, with the arguments of a ``<!-- pytest-args: ... -->`` comment on the
   line before the block, if there is one.
@@ -42,6 +46,8 @@ from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 TIMEOUT_SECONDS = 60
 
 FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
@@ -52,8 +58,12 @@ UNSCOPED_ENV = ("DURABLE_", "WORKFLOW_", "PYTEST_")
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block of the README."""
+    """One fenced code block of a page."""
 
+    page: str
+    """The page's path from the repository root (``docs/how-to/waiting.md``)."""
+    number: int
+    """Its place among the page's blocks of its language (1-based)."""
     line: int
     """The line of its opening fence (1-based)."""
     language: str
@@ -88,11 +98,15 @@ class Block:
 
     @property
     def test_id(self) -> str:
-        return f"L{self.line}" + (f"-{self.path}" if self.path else "")
+        return f"{self.page}:{self.number}" + (f"-{self.path}" if self.path else "")
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
 
-def parse(text: str) -> list[Block]:
-    """The fenced code blocks of ``text``, with the directive before each."""
+def parse(text: str, page: str = "README.md") -> list[Block]:
+    """The fenced code blocks of ``text`` (the page ``page``), with the directive before each."""
     lines = text.split("\n")
     blocks: list[Block] = []
     index = 0
@@ -106,16 +120,22 @@ def parse(text: str) -> list[Block]:
         while index < len(lines) and not lines[index].startswith("```"):
             index += 1
         if index == len(lines):
-            raise AssertionError(f"README.md:{start + 1}: a code block is never closed")
+            raise AssertionError(f"{page}:{start + 1}: a code block is never closed")
         previous = DIRECTIVE.match(lines[start - 1]) if start else None
         directive = (previous.group(1), previous.group(2).strip()) if previous else None
         code = "\n".join(lines[start + 1 : index]) + "\n"
-        blocks.append(Block(start + 1, opening.group(1).lower(), code, directive))
+        language = opening.group(1).lower()
+        number = 1 + sum(block.language == language for block in blocks)
+        blocks.append(Block(page, number, start + 1, language, code, directive))
         index += 1
     return blocks
 
 
-BLOCKS = parse(README.read_text(encoding="utf-8"))
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+BLOCKS = [block for page in PAGES for block in parse(page.read_text("utf-8"), _name(page))]
 PYTHON = [block for block in BLOCKS if block.language == "python"]
 
 
@@ -132,9 +152,10 @@ def _environment(database_url: str | None) -> dict[str, str]:
     return env
 
 
-def _write_files(directory: Path) -> None:
+def _write_files(directory: Path, page: str) -> None:
+    """Write the blocks of ``page`` that name a file into ``directory``."""
     for block in PYTHON:
-        if block.path is not None:
+        if block.page == page and block.path is not None:
             target = directory / block.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block.code, encoding="utf-8")
@@ -142,8 +163,8 @@ def _write_files(directory: Path) -> None:
 
 def run_block(block: Block, directory: Path) -> subprocess.CompletedProcess[str]:
     """Run ``block`` as written in ``directory``, a fresh empty folder."""
-    _write_files(directory)
-    script = block.path or f"readme_line_{block.line}.py"
+    _write_files(directory, block.page)
+    script = block.path or f"block_line_{block.line}.py"
     target = directory / script
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(block.code, encoding="utf-8")
@@ -154,9 +175,8 @@ def run_block(block: Block, directory: Path) -> subprocess.CompletedProcess[str]
     database_url = None
     if block.needs_database_url:
         name = POSTGRES_URL.rsplit("/", 1)[1].split("?")[0]
-        database_url = asyncio.run(
-            fresh_postgres_database(POSTGRES_URL, f"{name}_readme_{block.line}")
-        )
+        ordinal = PYTHON.index(block)
+        database_url = asyncio.run(fresh_postgres_database(POSTGRES_URL, f"{name}_docs_{ordinal}"))
     try:
         return subprocess.run(
             command,
@@ -188,18 +208,18 @@ def _text(output: str | bytes | None) -> str:
 @pytest.fixture(scope="module")
 def runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[int, Future[subprocess.CompletedProcess[str]]]]:
+) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
     """Start every selected block at once (a process each); each test waits for its own."""
-    selected: set[int] = set()
+    selected: set[str] = set()
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         block = callspec.params.get("block") if callspec is not None else None
         if isinstance(block, Block):
-            selected.add(block.line)
-    wanted = [block for block in PYTHON if block.line in selected and not block.not_run]
+            selected.add(block.test_id)
+    wanted = [block for block in PYTHON if block.test_id in selected and not block.not_run]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
         yield {
-            block.line: pool.submit(run_block, block, tmp_path_factory.mktemp(f"line{block.line}"))
+            block.test_id: pool.submit(run_block, block, tmp_path_factory.mktemp("block"))
             for block in wanted
         }
 
@@ -207,41 +227,50 @@ def runs(
 @pytest.mark.parametrize("block", [_param(block) for block in PYTHON])
 def test_python_block_runs_as_written(
     block: Block,
-    runs: dict[int, Future[subprocess.CompletedProcess[str]]],
+    runs: dict[str, Future[subprocess.CompletedProcess[str]]],
     tmp_path: Path,
 ) -> None:
-    future = runs.get(block.line)
+    future = runs.get(block.test_id)
     result = future.result() if future is not None else run_block(block, tmp_path)
     assert result.returncode == 0, (
-        f"README.md:{block.line}: the block exited with {result.returncode}\n"
+        f"{block.where}: the block exited with {result.returncode}\n"
         f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
     )
 
 
-def test_each_directive_stands_before_a_python_block_it_applies_to() -> None:
-    assert len(PYTHON) >= 10, "README.md has lost its examples, or the parser its way"
-    by_line = {block.line - 1: block for block in PYTHON if block.directive}
-    lines = README.read_text(encoding="utf-8").split("\n")
+def test_the_pages_and_their_blocks_are_found() -> None:
+    pages = {block.page for block in PYTHON}
+    assert "README.md" in pages, "README.md has lost its examples, or the parser its way"
+    assert len(pages) >= 10, f"docs pages with python blocks: {sorted(pages)}"
+    assert len(PYTHON) >= 30, "the docs have lost their examples, or the parser its way"
+
+
+@pytest.mark.parametrize("page", [_name(page) for page in PAGES])
+def test_each_directive_stands_before_a_python_block_it_applies_to(page: str) -> None:
+    blocks = [block for block in PYTHON if block.page == page]
+    by_line = {block.line - 1: block for block in blocks if block.directive}
+    lines = (ROOT / page).read_text(encoding="utf-8").split("\n")
     for number, line in enumerate(lines, start=1):
         if DIRECTIVE.match(line):
-            assert number in by_line, f"README.md:{number}: no python block follows this directive"
+            assert number in by_line, f"{page}:{number}: no python block follows this directive"
     for block in by_line.values():
         if block.not_run is not None:
-            assert block.not_run, f"README.md:{block.line}: not-run needs a reason"
+            assert block.not_run, f"{block.where}: not-run needs a reason"
         if block.pytest_args:
-            assert block.is_pytest_module, f"README.md:{block.line}: pytest-args on a non-test"
+            assert block.is_pytest_module, f"{block.where}: pytest-args on a non-test"
 
 
-def test_python_blocks_pass_the_linter(tmp_path: Path) -> None:
-    """The repository's ruff rules hold in README code, seen as the code of a user's project:
-    durable_core is a third-party package there, and the README's own files first-party.
-    (``make lint`` checks the blocks' format.)"""
-    _write_files(tmp_path)
+@pytest.mark.parametrize("page", sorted({block.page for block in PYTHON}))
+def test_python_blocks_pass_the_linter(page: str, tmp_path: Path) -> None:
+    """The repository's ruff rules hold in a page's code, seen as the code of a user's project:
+    durable_core is a third-party package there, and the page's own files first-party.
+    (``make lint`` checks the blocks' format: ruff formats Markdown's Python blocks.)"""
+    _write_files(tmp_path, page)
     ruff = [sys.executable, "-m", "ruff", "check", "--no-cache"]
     ruff += ["--config", str(ROOT / "pyproject.toml"), "--config", f"src = [{str(tmp_path)!r}]"]
     failures = []
-    for block in PYTHON:
-        name = block.path or f"readme_line_{block.line}.py"
+    for block in (block for block in PYTHON if block.page == page):
+        name = block.path or f"block_line_{block.line}.py"
         result = subprocess.run(
             [*ruff, "--stdin-filename", name, "-"],
             input=block.code,
@@ -251,7 +280,7 @@ def test_python_blocks_pass_the_linter(tmp_path: Path) -> None:
             check=False,
         )
         if result.returncode != 0:
-            failures.append(f"README.md:{block.line}:\n{result.stdout}{result.stderr}")
+            failures.append(f"{block.where}:\n{result.stdout}{result.stderr}")
     assert not failures, "\n".join(failures)
 
 
@@ -274,3 +303,14 @@ def test_links_within_the_readme_lead_to_headings() -> None:
     anchors = set(re.findall(r"\]\(#([^)\s]+)\)", outside_code))
     assert anchors, "no internal links found: the pattern is wrong"
     assert not anchors - slugs, f"links to no heading: {sorted(anchors - slugs)}"
+
+
+def test_the_readme_links_to_files_that_exist() -> None:
+    """README's links into the repository (the docs pages, CONTRIBUTING.md) lead somewhere;
+    the docs' own links are checked by ``mkdocs build --strict`` (``make docs``)."""
+    text = README.read_text(encoding="utf-8")
+    outside_code = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    targets = re.findall(r"\]\(([^)#\s:]+)(?:#[^)\s]*)?\)", outside_code)
+    assert targets, "no links to files found: the pattern is wrong"
+    missing = sorted({target for target in targets if not (ROOT / target).exists()})
+    assert not missing, f"README.md links to files that do not exist: {missing}"

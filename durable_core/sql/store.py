@@ -5,7 +5,7 @@ through a :class:`~durable_core.sql.connector.Connector` and reads their
 results: which write was refused by fencing, why a retry or a cancel did not
 apply, what a row holds. The built-in SQLite, MySQL and PostgreSQL stores are
 this class with their own dialect and connector; a third-party store can be
-too (README: "Writing a store plugin").
+too (docs/how-to/store-plugin.md: "Writing a store plugin").
 """
 
 from __future__ import annotations
