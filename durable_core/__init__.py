@@ -10,6 +10,7 @@ from .client import (
     WorkflowStart,
     current_store,
     get_handle,
+    send,
     set_default_store,
     start_workflow,
     start_workflow_with_id,
@@ -82,7 +83,7 @@ from .steps import Step, cleanup, workflow_step
 from .store import Claimer, Store
 from .streams import close_stream, write_stream
 from .updates import UpdateRequest, recv_update
-from .waiting import now, random, recv, send, set_event, sleep, sleep_until
+from .waiting import now, random, recv, set_event, sleep, sleep_until
 
 __all__ = [
     "BodyRaisedError",

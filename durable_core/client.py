@@ -47,6 +47,7 @@ from .records import (
 from .registry import Workflow, as_workflow
 from .schedule_admin import ScheduleMethods
 from .store import Store, WorkflowStats
+from .updates import update
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -336,8 +337,6 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         :class:`~durable_core.errors.UpdateRejectedError` (its validator refused it),
         :class:`~durable_core.errors.UpdateNotHandledError` (the workflow ended first) or
         :class:`~durable_core.errors.UpdateTimeoutError` (no reply within ``timeout``)."""
-        from .updates import update
-
         return await update(
             self.store, workflow_id, name, payload, timeout=timeout, update_id=update_id
         )
@@ -493,3 +492,19 @@ async def start_workflows(
 def get_handle(workflow_id: str) -> WorkflowHandle[Any]:
     """A handle to an existing workflow on the bound store."""
     return WorkflowHandle(current_store(), workflow_id)
+
+
+async def send(
+    workflow_id: str, message: Any, *, topic: str = "", idempotency_key: str | None = None
+) -> None:
+    """Send ``message`` to a workflow's ``recv(topic)``, from anywhere. From a workflow
+    body the send happens exactly once across replays; elsewhere, a repeated
+    ``idempotency_key`` delivers nothing more."""
+    ctx = body_context()
+    if ctx is None:
+        await DurableClient(current_store()).send(
+            workflow_id, message, topic=topic, idempotency_key=idempotency_key
+        )
+        return
+    payload = encode(message, what=f"message to workflow {workflow_id}")
+    await ctx.run.send(workflow_id, topic, payload, idempotency_key)

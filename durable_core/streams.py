@@ -18,9 +18,8 @@ import anyio
 from .codec import decode, encode
 from .context import body_context
 from .errors import ConfigurationError, FrameworkError, WorkflowNotFoundError
-from .sql.streams import check_key
 from .store import Store
-from .talk_roles import streams_of
+from .talk_roles import check_key, streams_of
 
 POLL_SECONDS = 0.05
 """How often a reader looks for new values on a store that cannot notify."""

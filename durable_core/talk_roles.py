@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import TalkNotSupportedError
+from .errors import ConfigurationError, TalkNotSupportedError
 from .records import Lease, StreamPage, UpdateRecord
 
 
@@ -130,3 +130,16 @@ class Updates(Protocol):
         """Record ``reply`` to the taken update (fenced by ``lease``); a second reply to the
         same update changes nothing."""
         ...
+
+
+MAX_KEY = 255
+"""The longest stream key."""
+
+
+def check_key(key: Any) -> str:
+    """``key`` if it names a stream, else a :class:`ConfigurationError` saying why."""
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise ConfigurationError(
+            f"a stream key is a non-empty string of at most {MAX_KEY} characters, got {key!r:.80}"
+        )
+    return key

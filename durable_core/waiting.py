@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 
 from . import durations
-from .client import DurableClient, current_store
 from .codec import decode, encode
 from .context import body_context
 from .errors import ConfigurationError, FrameworkError
@@ -58,22 +57,6 @@ async def recv(topic: str = "", timeout: float | timedelta | None = None) -> Any
     until = None if timeout is None else durations.delta(timeout, "recv timeout")
     output = await ctx.run.recv(topic, until)
     return decode(output, what=f"message on topic {topic!r} of workflow {ctx.workflow_id}")
-
-
-async def send(
-    workflow_id: str, message: Any, *, topic: str = "", idempotency_key: str | None = None
-) -> None:
-    """Send ``message`` to a workflow's ``recv(topic)``, from anywhere. From a workflow
-    body the send happens exactly once across replays; elsewhere, a repeated
-    ``idempotency_key`` delivers nothing more."""
-    ctx = body_context()
-    if ctx is None:
-        await DurableClient(current_store()).send(
-            workflow_id, message, topic=topic, idempotency_key=idempotency_key
-        )
-        return
-    payload = encode(message, what=f"message to workflow {workflow_id}")
-    await ctx.run.send(workflow_id, topic, payload, idempotency_key)
 
 
 async def set_event(key: str, value: Any) -> None:

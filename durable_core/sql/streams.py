@@ -9,15 +9,13 @@ value is NULL closes its key.
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import sqlalchemy as sa
 
 from .. import schema
-from ..errors import ConfigurationError, StreamClosedError
+from ..errors import StreamClosedError
 from ..records import Lease, StreamPage
-from ..talk_roles import Watch
+from ..talk_roles import Watch, check_key
 from . import errors
 from .base import SQLStoreBase
 from .dialect import SQLDialect, const
@@ -25,7 +23,6 @@ from .statements import holds, param, wf
 
 sm = schema.workflow_streams
 
-MAX_KEY = 255
 """The longest stream key."""
 
 
@@ -67,15 +64,6 @@ class StreamStatements:
             .order_by(sm.c.stream_offset)
             .limit(param("limit", sa.Integer()))
         )
-
-
-def check_key(key: Any) -> str:
-    """``key`` if it names a stream, else a :class:`ConfigurationError` saying why."""
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise ConfigurationError(
-            f"a stream key is a non-empty string of at most {MAX_KEY} characters, got {key!r:.80}"
-        )
-    return key
 
 
 class StreamOperations(SQLStoreBase):
