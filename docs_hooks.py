@@ -3,7 +3,7 @@
 A page holding a ``<!-- generated: NAME -->`` line gets it replaced at build time:
 
 - ``cli``: every ``durable`` command, from :func:`durable_core.cli.build_parser`;
-- ``schema-versions``: the schema versions, from :data:`durable_core.schema_history.VERSIONS`;
+- ``schema-versions``: the schema versions, from :data:`durable_core.sql.schema_history.VERSIONS`;
 - ``api``: a mkdocstrings entry for every name of ``durable_core.__all__``, grouped by
   the module that defines it.
 
@@ -119,7 +119,7 @@ def schema_versions() -> str:
     """A table of the schema versions and what each adds, from the schema's history."""
     from alembic.operations import ops
 
-    from durable_core.schema_history import VERSIONS
+    from durable_core.sql.schema_history import VERSIONS
 
     def what(op: ops.MigrateOperation) -> str:
         if isinstance(op, ops.CreateTableOp):

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from durable_core.schema import WORKFLOW_TABLES
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.store import normalize_url
 

@@ -19,10 +19,10 @@ import asyncpg
 
 from bench import serving, sql
 from bench.common import plain_dsn
-from durable_core.client import new_workflow_id
-from durable_core.config import WorkflowConfig
-from durable_core.queues import Queue
-from durable_core.records import NewWorkflow
+from durable_core.caller.client import new_workflow_id
+from durable_core.definitions.queues import Queue
+from durable_core.runtime.config import WorkflowConfig
+from durable_core.seams.records import NewWorkflow
 
 LEASE_SECONDS = float(WorkflowConfig().lock_timeout_secs)
 STEP_NAMES = ("bench.app.first", "bench.app.second", "bench.app.third")

@@ -15,9 +15,9 @@ from typing import Any
 
 import asyncpg
 
-from durable_core.queues import DEFAULT_QUEUE, Queue, Route
-from durable_core.records import NewWorkflow
-from durable_core.registry import Workflow
+from durable_core.definitions.queues import DEFAULT_QUEUE, Queue, Route
+from durable_core.definitions.registry import Workflow
+from durable_core.seams.records import NewWorkflow
 from durable_postgres import store as _store
 from durable_postgres.connector import Compiled, compile_statement
 from durable_postgres.dialect import CHANNEL, PostgresStatements

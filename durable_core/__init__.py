@@ -2,10 +2,26 @@
 
 A workflow is an ``async def`` whose steps are persisted as they complete; a
 retry resumes from the first step that has not completed.
+
+The package, bottom to top (each part imports only those before it):
+
+- ``errors``, ``durations``, ``redaction``: what every part uses;
+- ``definitions``: what a user declares (workflows, queues, retry policies,
+  schedules);
+- ``seams``: the records, the store's roles, the hook specifications and the plugin
+  manager: what backends and observers implement;
+- ``codec``: values and errors as stored text;
+- ``sql``: the rules of every SQL store, its schema and migrations, written once;
+- ``runtime``: the engine (worker, executor, the attempt, journal, group commit,
+  leases, scheduler);
+- ``primitives``: what a workflow body calls (steps, waits, streams, updates);
+- ``caller``: the caller's side (client, handles, sync client, opening a store);
+- ``observers``, ``cli``, ``dashboard``, ``contract``, ``testing``: built on the rest.
 """
 
-from .backends import open_store, store_from_url
-from .client import (
+from . import _moved
+from .caller.backends import open_store, store_from_url
+from .caller.client import (
     DurableClient,
     WorkflowStart,
     current_store,
@@ -17,9 +33,12 @@ from .client import (
     start_workflows,
     use_store,
 )
+from .caller.handle import WorkflowHandle
 from .codec import Codec, allow_modules, durable_type, register_codec, register_type, use_codec
-from .config import WorkflowConfig
-from .context import WorkflowContext
+from .definitions.queues import Queue, RateLimit
+from .definitions.registry import Registry, Workflow, default_registry, workflow
+from .definitions.retry import RetryPolicy
+from .definitions.schedules import Schedule, ScheduleRecord
 from .durations import MAX_DURATION
 from .errors import (
     BlockingCallInEventLoopError,
@@ -68,22 +87,19 @@ from .errors import (
     WorkflowNotFoundError,
     WorkflowTimeoutError,
 )
-from .executor import Executor
-from .handle import WorkflowHandle
-from .hookspecs import hookimpl
-from .operators import WorkflowFilter
-from .patching import deprecate_patch, patched
-from .plugins import register_observer, unregister_observer
-from .queues import Queue, RateLimit
-from .records import StepStatus, WorkflowStatus
-from .registry import Registry, Workflow, default_registry, workflow
-from .retry import RetryPolicy
-from .schedules import Schedule, ScheduleRecord
-from .steps import Step, cleanup, workflow_step
-from .store import Claimer, Store
-from .streams import close_stream, write_stream
-from .updates import UpdateRequest, recv_update
-from .waiting import now, random, recv, set_event, sleep, sleep_until
+from .primitives.patching import deprecate_patch, patched
+from .primitives.steps import Step, cleanup, workflow_step
+from .primitives.streams import close_stream, write_stream
+from .primitives.updates import UpdateRequest, recv_update
+from .primitives.waiting import now, random, recv, set_event, sleep, sleep_until
+from .runtime.config import WorkflowConfig
+from .runtime.context import WorkflowContext
+from .runtime.executor import Executor
+from .seams.hookspecs import hookimpl
+from .seams.operators import WorkflowFilter
+from .seams.plugins import register_observer, unregister_observer
+from .seams.records import StepStatus, WorkflowStatus
+from .seams.store import Claimer, Store
 
 __all__ = [
     "BodyRaisedError",
@@ -187,3 +203,5 @@ __all__ = [
     "workflow_step",
     "write_stream",
 ]
+
+_moved.install()

@@ -33,7 +33,7 @@ class InvalidDatabaseURLError(ConfigurationError):
 
 
 class BlockingCallInEventLoopError(ConfigurationError):
-    """A blocking :class:`~durable_core.sync.SyncClient` method was called where an event
+    """A blocking :class:`~durable_core.caller.sync.SyncClient` method was called where an event
     loop runs, which it would stall: ``await`` the async API there instead."""
 
 
@@ -130,7 +130,7 @@ class WorkflowFailedError(FrameworkError):
     """The workflow settled as failed (or cancelled); ``error`` holds what was recorded.
 
     Read from a handle, it is also the recorded exception's own type when that type
-    is importable here (see :func:`durable_core.failures.recorded_exception`).
+    is importable here (see :func:`durable_core.codec.failures.recorded_exception`).
     """
 
     def __init__(self, message: str, error: dict[str, Any] | None = None) -> None:

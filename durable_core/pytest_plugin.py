@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .runtime.worker_process import WorkerProcess
+    from .seams.store import Store
     from .testing import WorkflowRunner
-    from .worker_process import WorkerProcess
 
 POSTGRES_URL_ENV = "DURABLE_POSTGRES_URL"
 APP_ENV = "DURABLE_APP"
@@ -95,7 +95,7 @@ async def durable_postgres_store(
     from durable_postgres import PostgresStore
     from durable_postgres.store import normalize_url
 
-    from .schema import WORKFLOW_TABLES
+    from .sql.schema import WORKFLOW_TABLES
 
     async with PostgresStore(durable_postgres_url) as store:
         await store.apply_schema()
@@ -140,7 +140,7 @@ def durable_worker(
     """A ``durable worker`` process on ``durable_postgres_store``'s database; it has
     started claiming when the test begins, and is stopped (SIGTERM) when it ends."""
     from .errors import WorkerStartError
-    from .worker_process import WorkerProcess
+    from .runtime.worker_process import WorkerProcess
 
     log_path = tmp_path_factory.mktemp("durable-worker") / "worker.log"
     worker = WorkerProcess(

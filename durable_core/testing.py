@@ -21,14 +21,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import durations
-from .config import WorkflowConfig
+from .caller.handle import WorkflowHandle
+from .definitions.registry import Registry
 from .durations import utcnow
 from .errors import InvalidStateError
-from .executor import Executor
-from .handle import WorkflowHandle
-from .records import WorkflowRecord, WorkflowStatus
-from .registry import Registry
-from .store import Store
+from .runtime.config import WorkflowConfig
+from .runtime.executor import Executor
+from .seams.records import WorkflowRecord, WorkflowStatus
+from .seams.store import Store
 
 _PAGE = 1000
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from durable_core.backends import driver_installed, require_driver
-from durable_core.hookspecs import hookimpl
-from durable_core.store import Store
+from durable_core.caller.backends import driver_installed, require_driver
+from durable_core.seams.hookspecs import hookimpl
+from durable_core.seams.store import Store
 
 
 @hookimpl

@@ -20,10 +20,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Insert
 
-from durable_core.coltypes import UTCDateTime
-from durable_core.queues import Route
-from durable_core.records import NewWorkflow
+from durable_core.definitions.queues import Route
+from durable_core.seams.records import NewWorkflow
 from durable_core.sql import SQLDialect, Statements, const
+from durable_core.sql.coltypes import UTCDateTime
 from durable_core.sql.connector import Params
 from durable_core.sql.rows import STEP_FIELDS
 from durable_core.sql.statements import (

@@ -17,9 +17,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from durable_core.coltypes import UTCDateTime
-from durable_core.records import Settlement, StepStatus, StepWrite, settled_outcome
+from durable_core.seams.records import Settlement, StepStatus, StepWrite, settled_outcome
 from durable_core.sql import const
+from durable_core.sql.coltypes import UTCDateTime
 from durable_core.sql.connector import Params, Row
 from durable_core.sql.statements import (
     PENDING,

@@ -17,13 +17,13 @@ import anyio
 import asyncpg
 import sqlalchemy as sa
 
+from durable_core.definitions.queues import Route
 from durable_core.errors import InvalidDatabaseURLError, StoreError
-from durable_core.queues import Route
-from durable_core.records import ClaimedWorkflow, Settlement, StepWrite
+from durable_core.seams.records import ClaimedWorkflow, Settlement, StepWrite
+from durable_core.seams.talk_roles import Watch
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
 from durable_core.sql.streams import PollingWatch
-from durable_core.talk_roles import Watch
 
 from . import flush
 from .connector import AsyncpgConnector
@@ -116,7 +116,7 @@ def _pop_listen_option(dsn: str) -> tuple[str, bool]:
 
 
 class PostgresStore(SQLStore):
-    """Workflows in PostgreSQL: a :class:`~durable_core.store.Store` and the ``Claimer``.
+    """Workflows in PostgreSQL: a :class:`~durable_core.seams.store.Store` and the ``Claimer``.
 
     ``url`` is ``postgresql://user:password@host:5432/dbname`` (``postgres://`` and
     ``postgresql+asyncpg://`` work too; ``?host=/socket/dir`` reaches a unix
@@ -193,7 +193,8 @@ class PostgresStore(SQLStore):
         self, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
     ) -> tuple[list[bool], list[bool]]:
         """Write these step rows and settlements in one statement, each fenced by its own
-        lease; whether each landed, in order (see :class:`~durable_core.store.BatchWriter`)."""
+        lease; whether each landed, in order (see
+        :class:`~durable_core.seams.store.BatchWriter`)."""
         kinds = flush.flush_kinds(steps, settlements)
         statement = self._flushes.get(kinds)
         if statement is None:

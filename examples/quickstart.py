@@ -15,8 +15,8 @@ import sys
 import anyio
 
 from durable_core import DurableClient, WorkflowStatus, open_store
-from durable_core.backends import DATABASE_URL_ENV, database_url_from_env
-from durable_core.plugins import plugin_manager
+from durable_core.caller.backends import DATABASE_URL_ENV, database_url_from_env
+from durable_core.seams.plugins import plugin_manager
 from examples.welcome import Welcome, welcome_flow
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_core.schema import WORKFLOW_TABLES
-from durable_core.store import Store
+from durable_core.seams.store import Store
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
 
@@ -126,8 +126,8 @@ async def mysql_url() -> str:
 
     An unreachable server fails the run; it is never skipped.
     """
-    from durable_core import schema
     from durable_core.errors import StoreUnavailableError
+    from durable_core.sql import schema
     from durable_mysql import MySQLStore, ensure_database
 
     try:

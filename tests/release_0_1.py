@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from durable_core import migrations
-from durable_core.schema import build_metadata
-from durable_core.serialization import encode, encode_arguments
+from durable_core.codec import encode, encode_arguments
+from durable_core.sql import migrations
+from durable_core.sql.schema import build_metadata
 
 V1 = build_metadata(1)
 WORKFLOWS = V1.tables["workflows"]

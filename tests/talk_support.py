@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from durable_core import open_store
-from durable_core.store import Store
+from durable_core.seams.store import Store
 from tests.conftest import POSTGRES_URL, empty_mysql_database, fresh_postgres_database
 
 

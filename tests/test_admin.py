@@ -16,7 +16,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.store import Store
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio

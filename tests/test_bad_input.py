@@ -32,11 +32,11 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.backends import url_forms
-from durable_core.records import NewWorkflow
-from durable_core.store import Claimer
+from durable_core.caller.backends import url_forms
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.records import NewWorkflow
+from durable_core.seams.store import Claimer
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
 from tests.side_effects import effect, effect_count
 

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 import durable_core
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus, workflow, workflow_step
 from durable_core.cli.running import worker_config
-from durable_core.config import SETTINGS
-from durable_core.schema import SCHEMA_VERSION
+from durable_core.runtime.config import SETTINGS
+from durable_core.sql.schema import SCHEMA_VERSION
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 from tests.conftest import drop_postgres_database, fresh_postgres_database

@@ -37,7 +37,7 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.codec import decode, decode_arguments, encode, encode_arguments
-from durable_core.store import Store
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_core import ConfigurationError, FrameworkError, WorkflowConfig
-from durable_core.worker import WorkflowWorker
+from durable_core.runtime.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
 
 # variable, field, default, minimum (the reference's five, group commit's two, the drain's)

@@ -42,7 +42,7 @@ from durable_core import (
 )
 from durable_core.dashboard.serve import check_serving
 from durable_core.errors import ConfigurationError
-from durable_core.operators import WorkerRecord, WorkflowFilter
+from durable_core.seams.operators import WorkerRecord, WorkflowFilter
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
 from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_database

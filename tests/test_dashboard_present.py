@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from durable_core.codec import encode, encode_arguments
 from durable_core.dashboard.present import duration, show_arguments, show_value
-from durable_core.serialization import encode, encode_arguments
 
 
 class Color(enum.Enum):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from durable_core.config import SETTINGS
+from durable_core.runtime.config import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURATION = ROOT / "docs" / "reference" / "configuration.md"

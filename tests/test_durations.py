@@ -29,8 +29,8 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.durations import MAX_DURATION, MAX_SECONDS, deadline, seconds
-from durable_core.records import FOREVER
-from durable_core.store import Store
+from durable_core.seams.records import FOREVER
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_mysql import MySQLStore
 from durable_postgres import PostgresStore

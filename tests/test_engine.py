@@ -33,7 +33,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.failures import load_error
+from durable_core.codec.failures import load_error
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 from tests.side_effects import effect, effect_count

@@ -162,7 +162,7 @@ def test_with_only_sqlite_nothing_is_logged_and_postgres_names_its_extra(
         import asyncio, logging
         logging.basicConfig(level=logging.WARNING)
         from durable_core import ConfigurationError, open_store
-        from durable_core.backends import url_forms
+        from durable_core.caller.backends import url_forms
         print(url_forms())
         store = asyncio.run(open_store("sqlite:///{tmp_path / "x.db"}"))
         asyncio.run(store.close())
@@ -194,7 +194,7 @@ def test_without_the_otel_extra_durable_core_otel_names_it(
         import durable_core
         from durable_core import ConfigurationError
         try:
-            import durable_core.otel
+            import durable_core.observers.otel
         except ConfigurationError as exc:
             print("ConfigurationError:", exc)
         """,
@@ -202,6 +202,6 @@ def test_without_the_otel_extra_durable_core_otel_names_it(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "ConfigurationError: durable_core.otel needs OpenTelemetry, which is not installed "
-        "(opentelemetry): pip install 'durable-core[otel]'"
+        "ConfigurationError: durable_core.observers.otel needs OpenTelemetry, which is not "
+        "installed (opentelemetry): pip install 'durable-core[otel]'"
     )

@@ -31,7 +31,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.serialization import TAG_KEY
+from durable_core.codec import TAG_KEY
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 

@@ -26,12 +26,12 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.client import MAX_ID_LENGTH
+from durable_core.caller.client import MAX_ID_LENGTH
 from durable_core.dashboard import create_app
 from durable_core.errors import ConfigurationError
-from durable_core.store import Claimer, Store
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.store import Claimer, Store
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 from tests.conftest import (
     MYSQL_URL,
     POSTGRES_URL,

@@ -25,9 +25,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import durable_core.metrics
+import durable_core.observers.metrics
 from durable_core import DurableClient, WorkflowHandle, WorkflowStatus
-from durable_core.worker_process import WorkerProcess
+from durable_core.runtime.worker_process import WorkerProcess
 from durable_postgres import PostgresStore
 from tests import metrics_app as app
 from tests.conftest import POSTGRES_URL, fresh_postgres_database
@@ -86,13 +86,13 @@ async def database() -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-def here() -> Iterator[durable_core.metrics.PrometheusObserver]:
+def here() -> Iterator[durable_core.observers.metrics.PrometheusObserver]:
     """This (the starting) process's own metrics."""
-    observer = durable_core.metrics.instrument()
+    observer = durable_core.observers.metrics.instrument()
     try:
         yield observer
     finally:
-        durable_core.metrics.uninstrument()
+        durable_core.observers.metrics.uninstrument()
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ async def becomes(handle: WorkflowHandle[Any], status: WorkflowStatus) -> None:
 
 
 async def test_a_worker_serves_metrics_of_what_it_ran_and_of_the_backlog(
-    database: Database, here: durable_core.metrics.PrometheusObserver, tmp_path: Path
+    database: Database, here: durable_core.observers.metrics.PrometheusObserver, tmp_path: Path
 ) -> None:
     port, release = free_port(), tmp_path / "release"
     env = {

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from durable_core import schema, store_from_url
+from durable_core import store_from_url
 from durable_core.contract.support import new_workflow, unique_name
 from durable_core.errors import (
     FrameworkError,
@@ -27,7 +27,8 @@ from durable_core.errors import (
     StoreUnavailableError,
     ValueTooLargeError,
 )
-from durable_core.records import StepStatus, WorkflowStatus
+from durable_core.seams.records import StepStatus, WorkflowStatus
+from durable_core.sql import schema
 from durable_mysql import MySQLStore, ensure_database
 from tests.conftest import MYSQL_URL
 

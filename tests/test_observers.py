@@ -35,12 +35,12 @@ from durable_core import (
 )
 from durable_core.contract import workflows as wfs
 from durable_core.contract.support import unique_name
-from durable_core.hookspecs import ObserverSpec
-from durable_core.plugins import plugin_manager
-from durable_core.schema import WORKFLOW_TABLES, workflows
-from durable_core.store import Store
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.hookspecs import ObserverSpec
+from durable_core.seams.plugins import plugin_manager
+from durable_core.seams.store import Store
+from durable_core.sql.schema import WORKFLOW_TABLES, workflows
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 
 pytestmark = pytest.mark.anyio
 
@@ -469,7 +469,7 @@ def test_the_observer_is_registered_by_its_entry_point() -> None:
 
 def test_a_plugin_named_in_durable_block_plugins_is_not_loaded() -> None:
     probe = (
-        "from durable_core.plugins import plugin_manager\n"
+        "from durable_core.seams.plugins import plugin_manager\n"
         "m = plugin_manager()\n"
         "print(m.get_plugin('example_observer') is None, m.is_blocked('example_observer'),"
         " m.get_plugin('postgres') is not None)"

@@ -24,17 +24,17 @@ from durable_core import (
     Workflow,
     WorkflowConfig,
     WorkflowStatus,
-    schema,
     workflow,
     workflow_step,
 )
+from durable_core.definitions.registry import Registry
+from durable_core.definitions.schedules import SCHEDULE_HEADER
 from durable_core.errors import WaitTimeoutError
-from durable_core.operators import WorkerRecord, WorkflowFilter
-from durable_core.registry import Registry
-from durable_core.schedules import SCHEDULE_HEADER
-from durable_core.store import OperatorQueries, Store, WorkerRegistry
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.operators import WorkerRecord, WorkflowFilter
+from durable_core.seams.store import OperatorQueries, Store, WorkerRegistry
+from durable_core.sql import schema
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 from durable_mysql import MySQLStore
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore

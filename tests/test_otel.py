@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
-import durable_core.otel
+import durable_core.observers.otel
 from durable_core import (
     DurableClient,
     RetryPolicy,
@@ -37,10 +37,10 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.cli import import_app
-from durable_core.plugins import plugin_manager, workflow_headers
-from durable_core.store import Store
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.plugins import plugin_manager, workflow_headers
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 from durable_postgres import PostgresStore
 from tests.conftest import POSTGRES_URL, fresh_postgres_database
 
@@ -161,11 +161,11 @@ def telemetry() -> Iterator[Telemetry]:
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     meter_provider = MeterProvider(metric_readers=[reader])
     APP[:] = [tracer_provider]
-    durable_core.otel.instrument(tracer_provider, meter_provider)
+    durable_core.observers.otel.instrument(tracer_provider, meter_provider)
     try:
         yield Telemetry(spans, reader, tracer_provider.get_tracer("test"))
     finally:
-        durable_core.otel.uninstrument()
+        durable_core.observers.otel.uninstrument()
         APP.clear()
         tracer_provider.shutdown()
         meter_provider.shutdown()
@@ -457,10 +457,10 @@ async def test_a_cancelled_attempt_ends_its_running_step_span(
 
 
 async def test_instrument_replaces_itself_and_uninstrument_stops_it(sqlite_store: Store) -> None:
-    first = durable_core.otel.instrument(TracerProvider())
-    second = durable_core.otel.instrument(TracerProvider())
+    first = durable_core.observers.otel.instrument(TracerProvider())
+    second = durable_core.observers.otel.instrument(TracerProvider())
     try:
-        assert plugin_manager().get_plugin(durable_core.otel.PLUGIN_NAME) is second
+        assert plugin_manager().get_plugin(durable_core.observers.otel.PLUGIN_NAME) is second
         assert not plugin_manager().is_registered(first)
         with second.tracer.start_as_current_span("caller") as caller:
             headers = workflow_headers("some-id", "some.workflow")
@@ -471,16 +471,17 @@ async def test_instrument_replaces_itself_and_uninstrument_stops_it(sqlite_store
         assert span_hex != f"{context.span_id:016x}", "the start's own span, the caller's child"
         assert set(headers) == {"traceparent"}
     finally:
-        durable_core.otel.uninstrument()
-    assert plugin_manager().get_plugin(durable_core.otel.PLUGIN_NAME) is None
+        durable_core.observers.otel.uninstrument()
+    assert plugin_manager().get_plugin(durable_core.observers.otel.PLUGIN_NAME) is None
     assert workflow_headers("some-id", "some.workflow") == {}
 
 
 def test_instrument_is_a_worker_bootstrap() -> None:
-    bootstrap = import_app([], "durable_core.otel:instrument")
+    bootstrap = import_app([], "durable_core.observers.otel:instrument")
     assert bootstrap is not None
     try:
-        observer = bootstrap()  # as `durable worker --bootstrap durable_core.otel:instrument`
-        assert plugin_manager().get_plugin(durable_core.otel.PLUGIN_NAME) is observer
+        # as `durable worker --bootstrap durable_core.observers.otel:instrument`
+        observer = bootstrap()
+        assert plugin_manager().get_plugin(durable_core.observers.otel.PLUGIN_NAME) is observer
     finally:
-        durable_core.otel.uninstrument()
+        durable_core.observers.otel.uninstrument()

@@ -23,9 +23,9 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.config import WorkflowConfig
-from durable_core.handle import WorkflowHandle
-from durable_core.store import Store
+from durable_core.caller.handle import WorkflowHandle
+from durable_core.runtime.config import WorkflowConfig
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio

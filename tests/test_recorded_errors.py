@@ -21,9 +21,9 @@ from durable_core import (
     workflow,
     workflow_step,
 )
+from durable_core.codec.failures import dump_error, error_record, recorded_exception
 from durable_core.contract.support import new_workflow
-from durable_core.failures import dump_error, error_record, recorded_exception
-from durable_core.store import Store
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from durable_core import DurableClient, recv, workflow
-from durable_core.store import Store
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_mysql import MySQLStore
 from durable_postgres import PostgresStore

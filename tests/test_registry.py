@@ -19,8 +19,8 @@ from durable_core import (
     default_registry,
     workflow,
 )
+from durable_core.runtime.worker import WorkflowWorker
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 from durable_sqlite import SQLiteStore
 
 FAST = WorkflowConfig(retry_backoff_secs=0)

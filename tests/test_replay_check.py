@@ -25,8 +25,8 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.replay import Divergence, History, check_histories, export, replay_check
-from durable_core.store import Store
+from durable_core.runtime.replay import Divergence, History, check_histories, export, replay_check
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from tests.side_effects import effect
 
@@ -212,7 +212,7 @@ async def test_a_body_that_returns_before_its_history_ends_diverges(
 
 
 async def check_histories_of(histories: list[History], registry: Registry) -> list[Divergence]:
-    from durable_core.replay import replay
+    from durable_core.runtime.replay import replay
 
     return [d for h in histories if (d := await replay(h, registry)) is not None]
 

@@ -12,15 +12,15 @@ import anyio
 import pytest
 
 from durable_core import DurableClient, StepStatus, WorkflowStatus, workflow, workflow_step
-from durable_core.config import WorkflowConfig
+from durable_core.definitions.retry import RetryPolicy
 from durable_core.errors import (
     ConfigurationError,
     NonRetryableError,
     RegistrationError,
     StepTimeoutError,
 )
-from durable_core.retry import RetryPolicy
-from durable_core.store import Store
+from durable_core.runtime.config import WorkflowConfig
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from durable_core import ConfigurationError, RegistrationError, Schedule, workflow
-from durable_core.registry import Registry
-from durable_core.schedules import MISSED_AFTER, Cron, ScheduleRecord, plan, tick_workflow_id
+from durable_core.definitions.registry import Registry
+from durable_core.definitions.schedules import (
+    MISSED_AFTER,
+    Cron,
+    ScheduleRecord,
+    plan,
+    tick_workflow_id,
+)
 
 T0 = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 

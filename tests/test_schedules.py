@@ -23,12 +23,12 @@ from durable_core import (
     WorkflowStatus,
     workflow,
 )
-from durable_core.config import WorkflowConfig
-from durable_core.queues import Queue, Route
-from durable_core.registry import Registry
-from durable_core.scheduler import Scheduler, save_declared
-from durable_core.schedules import ScheduleRecord, tick_workflow_id
-from durable_core.store import Claimer, ScheduleFeed, Store
+from durable_core.definitions.queues import Queue, Route
+from durable_core.definitions.registry import Registry
+from durable_core.definitions.schedules import ScheduleRecord, tick_workflow_id
+from durable_core.runtime.config import WorkflowConfig
+from durable_core.runtime.scheduler import Scheduler, save_declared
+from durable_core.seams.store import Claimer, ScheduleFeed, Store
 from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio

@@ -1,8 +1,8 @@
 """Both schema routes give identical schema, at every schema version.
 
 Route (a) is programmatic: ``await store.apply_schema()`` (or
-:func:`durable_core.migrations.upgrade` to a given version). Route (b) writes the
-Alembic revisions with :func:`durable_core.migrations.write_revisions` into a
+:func:`durable_core.sql.migrations.upgrade` to a given version). Route (b) writes the
+Alembic revisions with :func:`durable_core.sql.migrations.write_revisions` into a
 fresh Alembic environment and runs ``upgrade``. The databases are compared by
 reflection: tables, columns (name, type, nullable, default), primary keys,
 foreign keys and indexes.
@@ -36,9 +36,10 @@ from alembic.config import Config
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
-from durable_core import ConfigurationError, migrations, schema
-from durable_core.migrations import REVISION_SLUG, render_revision, write_revisions
-from durable_core.schema_history import LATEST, VERSIONS
+from durable_core import ConfigurationError
+from durable_core.sql import migrations, schema
+from durable_core.sql.migrations import REVISION_SLUG, render_revision, write_revisions
+from durable_core.sql.schema_history import LATEST, VERSIONS
 from tests.conftest import empty_mysql_database, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
@@ -161,7 +162,7 @@ async def apply_programmatically(url: str) -> None:
 
 
 async def apply_version(url: str | sa.URL, version: int) -> None:
-    """Route (a), stopped at ``version``: :func:`durable_core.migrations.upgrade`."""
+    """Route (a), stopped at ``version``: :func:`durable_core.sql.migrations.upgrade`."""
     engine = create_async_engine(async_url(url))
     try:
         async with engine.begin() as conn:
@@ -280,7 +281,7 @@ async def test_apply_schema_and_alembic_upgrade_give_identical_schema(tmp_path: 
 
     reflected = await assert_same_schema(f"sqlite:///{programmatic}", f"sqlite:///{migrated}")
     assert sorted(reflected) == sorted(DURABLE_TABLES)
-    # What the reflection saw is what durable_core.schema declares.
+    # What the reflection saw is what durable_core.sql.schema declares.
     for table in schema.metadata.sorted_tables:
         got = reflected[table.name]
         assert [c[0] for c in got["columns"]] == [c.name for c in table.columns]

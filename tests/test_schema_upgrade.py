@@ -20,19 +20,13 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
-from durable_core import (
-    DurableClient,
-    WorkflowStatus,
-    migrations,
-    open_store,
-    workflow,
-    workflow_step,
-)
+from durable_core import DurableClient, WorkflowStatus, open_store, workflow, workflow_step
+from durable_core.definitions.schedules import ScheduleRecord
 from durable_core.errors import SchemaOutdatedError
-from durable_core.operators import WorkerRecord
-from durable_core.schedules import ScheduleRecord
-from durable_core.schema import SCHEMA_VERSION, build_metadata
-from durable_core.store import WorkerRegistry
+from durable_core.seams.operators import WorkerRecord
+from durable_core.seams.store import WorkerRegistry
+from durable_core.sql import migrations
+from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests import release_0_1
 from tests.conftest import (

@@ -16,16 +16,16 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from durable_core import (
     DurableClient,
     WorkflowStatus,
-    migrations,
     open_store,
     start_workflow,
     start_workflow_with_id,
     workflow,
 )
-from durable_core.operators import WorkerRecord
-from durable_core.schedules import ScheduleRecord
-from durable_core.schema import SCHEMA_VERSION, build_metadata
-from durable_core.store import WorkerRegistry
+from durable_core.definitions.schedules import ScheduleRecord
+from durable_core.seams.operators import WorkerRecord
+from durable_core.seams.store import WorkerRegistry
+from durable_core.sql import migrations
+from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
 from tests.test_schema_upgrade import (

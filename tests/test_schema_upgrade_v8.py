@@ -18,10 +18,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
-from durable_core import DurableClient, WorkflowStatus, migrations, open_store, workflow
-from durable_core.operators import WorkerRecord
-from durable_core.schema import SCHEMA_VERSION, build_metadata
-from durable_core.store import Streams, Updates, WorkerRegistry
+from durable_core import DurableClient, WorkflowStatus, open_store, workflow
+from durable_core.seams.operators import WorkerRecord
+from durable_core.seams.store import Streams, Updates, WorkerRegistry
+from durable_core.sql import migrations
+from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
 from tests.test_schema_upgrade import _database_at, add_one, migrate, upgraded_flow

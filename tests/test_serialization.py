@@ -1,4 +1,4 @@
-"""Tests for durable_core.serialization: faithful round trips, refusals, decoding errors."""
+"""Tests for durable_core.codec: faithful round trips, refusals, decoding errors."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ import msgspec
 import pydantic
 import pytest
 
-from durable_core.errors import FrameworkError, SerializationError
-from durable_core.serialization import (
+from durable_core.codec import (
     TAG_KEY,
     convert,
     decode,
@@ -32,6 +31,7 @@ from durable_core.serialization import (
     encode,
     encode_arguments,
 )
+from durable_core.errors import FrameworkError, SerializationError
 
 MODULE = __name__
 
@@ -563,7 +563,7 @@ def test_dict_insertion_order_is_kept() -> None:
 _SUBPROCESS_SNIPPET = textwrap.dedent(
     """
     import sys
-    from durable_core.serialization import encode_arguments
+    from durable_core.codec import encode_arguments
     words = {f"item-{i}" for i in range(200)}
     mixed = {1, "1", (1, "x"), None, 2.5, b"raw"}
     sys.stdout.write(encode_arguments((words, frozenset(mixed)), {"k": {"z", "y"}}, what="a"))
@@ -900,7 +900,7 @@ def test_module_imports_and_works_without_pydantic() -> None:
                 return None
         sys.meta_path.insert(0, Block())
         from durable_core.errors import SerializationError
-        from durable_core.serialization import convert, decode, encode
+        from durable_core.codec import convert, decode, encode
         assert "pydantic" not in sys.modules
         value = {"a": (1, {2}), "b": b"x"}
         assert decode(encode(value)) == value

@@ -18,9 +18,9 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.records import NewWorkflow
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.records import NewWorkflow
 from durable_core.testing import WorkflowRunner
-from durable_core.worker import WorkflowWorker
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
 from tests.conftest import drop_postgres_database, fresh_postgres_database

@@ -24,7 +24,7 @@ from durable_core import (
     workflow_step,
     write_stream,
 )
-from durable_core.store import Store, Streams
+from durable_core.seams.store import Store, Streams
 from durable_core.testing import WorkflowRunner
 from tests.side_effects import effect
 from tests.talk_support import talk_store

@@ -35,8 +35,8 @@ from durable_core import (
     workflow,
     workflow_step,
 )
-from durable_core.store import WorkflowStats
-from durable_core.sync import SyncClient, SyncHandle
+from durable_core.caller.sync import SyncClient, SyncHandle
+from durable_core.seams.store import WorkflowStats
 from durable_core.testing import WorkflowRunner
 from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_database
 

@@ -11,9 +11,9 @@ import pytest
 
 import durable_core
 from durable_core import DurableClient, StepStatus, WorkflowStatus, workflow, workflow_step
-from durable_core.config import WorkflowConfig
 from durable_core.errors import ConfigurationError, RegistrationError
-from durable_core.store import Store
+from durable_core.runtime.config import WorkflowConfig
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 from tests.test_cli import durable

@@ -26,8 +26,8 @@ from durable_core import (
     recv_update,
     workflow,
 )
-from durable_core.store import Store
-from durable_core.sync import SyncClient
+from durable_core.caller.sync import SyncClient
+from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from tests.talk_support import talk_store
 from tests.test_streams import counts_to

@@ -19,7 +19,7 @@ import asyncpg
 from bench import sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import claim_args
-from durable_core.queues import DEFAULT_QUEUE, Queue
+from durable_core.definitions.queues import DEFAULT_QUEUE, Queue
 
 NAME = "claim"
 TITLE = "Claim cost as the backlog grows (ms per claim statement)"

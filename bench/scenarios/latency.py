@@ -19,7 +19,7 @@ from bench import app
 from bench.common import Figure, ScenarioResult, Settings, median, percentile, reset
 from bench.procs import Proc, fleet, wait_settled
 from durable_core import DurableClient
-from durable_core.config import WorkflowConfig
+from durable_core.runtime.config import WorkflowConfig
 from durable_postgres import PostgresStore
 
 NAME = "latency"

@@ -36,7 +36,7 @@ from bench import app
 from bench.common import Figure, ScenarioResult, Settings, median, prepare_schema
 from bench.procs import fleet, listeners, wait_listening, worker_backends
 from durable_core import DurableClient
-from durable_core.schema import WORKFLOW_TABLES, metadata, schema_versions
+from durable_core.sql.schema import WORKFLOW_TABLES, metadata, schema_versions
 from durable_postgres import PostgresStore
 
 NAME = "plans"

@@ -20,8 +20,8 @@ from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, claim_args, enqueue_args
 from durable_core import DurableClient, Executor, WorkflowConfig
 from durable_core.codec import encode, encode_arguments
-from durable_core.records import ClaimedWorkflow, Lease, StepRecord, StepStatus
-from durable_core.worker import WorkflowWorker
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.records import ClaimedWorkflow, Lease, StepRecord, StepStatus
 from durable_postgres import PostgresStore
 
 NAME = "steps"

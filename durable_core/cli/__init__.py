@@ -20,7 +20,7 @@ from typing import NoReturn
 import anyio
 
 from ..errors import FrameworkError
-from ..worker import single_error
+from ..runtime.worker import single_error
 from . import inspecting, replaying, running, schedules
 from .common import (
     LOG_FORMAT_ENV,

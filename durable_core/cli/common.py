@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
+from ..caller.backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
 from ..errors import ConfigurationError
-from ..plugins import plugin_manager
 from ..redaction import REDACTING, get_logger
-from ..store import EmbeddedDatabase, Store
+from ..seams.plugins import plugin_manager
+from ..seams.store import EmbeddedDatabase, Store
 from .output import printable
 
 EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"

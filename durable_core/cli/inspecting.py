@@ -8,12 +8,12 @@ import json
 import sys
 from typing import Any
 
-from ..client import DurableClient
+from ..caller.client import DurableClient
+from ..codec.failures import load_error
 from ..dashboard.present import show_arguments, show_value
 from ..errors import ConfigurationError
-from ..failures import load_error
-from ..operators import unserved
-from ..records import (
+from ..seams.operators import unserved
+from ..seams.records import (
     AttemptRecord,
     BacklogRecord,
     StepRecord,

@@ -4,7 +4,7 @@ Stored text (names, inputs, outputs, error messages, tracebacks) is anyone's:
 printed as it is, an escape sequence in it could recolour, move the cursor,
 retitle the window or hide the lines around it. :func:`printable` drops every
 escape sequence and control character but tab and newline. A moment at or
-beyond :data:`~durable_core.records.FOREVER` (what a wait with no deadline
+beyond :data:`~durable_core.seams.records.FOREVER` (what a wait with no deadline
 stores) means "never", and is never printed as a date.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from ..records import FOREVER
+from ..seams.records import FOREVER
 
 _CONTROL = re.compile(
     r"""

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from ..errors import ConfigurationError
-from ..replay import Divergence, Report, export, read_history, replay, replay_check
+from ..runtime.replay import Divergence, Report, export, read_history, replay, replay_check
 from .common import import_app, opened_store, with_app, with_database
 
 

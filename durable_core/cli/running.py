@@ -9,13 +9,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..backends import DATABASE_URL_ENV, database_url_from_env
-from ..client import DurableClient
-from ..config import WorkflowConfig
+from ..caller.backends import DATABASE_URL_ENV, database_url_from_env
+from ..caller.client import DurableClient
+from ..definitions.registry import default_registry
 from ..errors import ConfigurationError
 from ..redaction import get_logger
-from ..registry import default_registry
-from ..schema import SCHEMA_VERSION
+from ..runtime.config import WorkflowConfig
+from ..sql.schema import SCHEMA_VERSION
 from .common import (
     APP_ENV,
     app_modules,
@@ -124,7 +124,7 @@ def add_commands(commands: Any) -> None:
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    from ..worker import WorkflowWorker
+    from ..runtime.worker import WorkflowWorker
 
     apps = app_modules(args)
     if not apps:
@@ -154,7 +154,7 @@ async def _worker(args: argparse.Namespace) -> int:
         if metrics is None:
             await worker.run(handle_signals=True)
         else:
-            from ..metrics import metrics_endpoint
+            from ..observers.metrics import metrics_endpoint
 
             async with metrics_endpoint(*metrics, store=store):
                 await worker.run(handle_signals=True)
@@ -180,7 +180,7 @@ def _metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
     if not 0 <= number <= 65535:
         raise ConfigurationError(f"{source} {port!r} is not a port number (0 to 65535)")
     host = args.metrics_host or os.environ.get(METRICS_HOST_ENV, "").strip() or "0.0.0.0"
-    import durable_core.metrics  # noqa: F401 -- a missing [metrics] extra is named now
+    import durable_core.observers.metrics  # noqa: F401 -- a missing [metrics] extra is named now
 
     return host, number
 
@@ -245,7 +245,7 @@ async def _migrate(args: argparse.Namespace) -> int:
 
 
 def _alembic(args: argparse.Namespace) -> int:
-    from ..migrations import versions_dir_from_ini, write_revisions
+    from ..sql.migrations import versions_dir_from_ini, write_revisions
 
     down = args.down_revision
     if args.versions_dir:

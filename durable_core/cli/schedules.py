@@ -7,9 +7,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..client import DurableClient
-from ..registry import default_registry
-from ..schedules import Schedule, ScheduleRecord
+from ..caller.client import DurableClient
+from ..definitions.registry import default_registry
+from ..definitions.schedules import Schedule, ScheduleRecord
 from .common import (
     APP_ENV,
     app_modules,

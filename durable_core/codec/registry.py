@@ -20,6 +20,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
+from .._moved import current_name
 from ..errors import RegistrationError
 from .text import DecodeProblem, Refusal, type_name
 
@@ -238,7 +239,7 @@ def resolve(ref: str, tag: str) -> object:
     found: Any = _resolved.get(ref)
     if found is not None:
         return found
-    module, sep, qualname = ref.partition(":")
+    module, sep, qualname = current_name(ref).partition(":")
     parts = qualname.split(".")
     if (
         not sep

@@ -23,7 +23,7 @@ fixture and subclasses the contract classes::
     class TestMyStore(StoreContract, NoClaimerContract):
         pass
 
-A store that claims (a :class:`~durable_core.store.Claimer`) adds
+A store that claims (a :class:`~durable_core.seams.store.Claimer`) adds
 :class:`ClaimerContract` instead of :class:`NoClaimerContract`. Optional
 fixtures: ``durable_second_store`` (a second instance on the same database,
 for the concurrency tests) and ``durable_tamper`` (to corrupt rows; the

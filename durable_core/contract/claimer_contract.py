@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from ..client import DurableClient
-from ..config import WorkflowConfig
+from ..caller.client import DurableClient
+from ..definitions.queues import DEFAULT_QUEUE, Queue, RateLimit, Route
 from ..errors import ClaimNotSupportedError, LeaseLostError
-from ..queues import DEFAULT_QUEUE, Queue, RateLimit, Route
-from ..records import ClaimedWorkflow, StepStatus, WorkflowStatus
-from ..store import Claimer, Store
-from ..worker import WorkflowWorker
+from ..runtime.config import WorkflowConfig
+from ..runtime.worker import WorkflowWorker
+from ..seams.records import ClaimedWorkflow, StepStatus, WorkflowStatus
+from ..seams.store import Claimer, Store
 from . import workflows as wfs
 from .support import SAFETY_SECONDS, new_workflow, unique_name
 
@@ -26,7 +26,7 @@ def _claimer(store: Store) -> Claimer:
 
 
 class ClaimerContract:
-    """What a store that hands out work (a :class:`~durable_core.store.Claimer`) must do.
+    """What a store that hands out work (a :class:`~durable_core.seams.store.Claimer`) must do.
 
     Uses the same fixtures as :class:`~durable_core.contract.StoreContract` and, because
     a claim takes whatever is runnable, needs ``durable_store`` to start with empty tables.

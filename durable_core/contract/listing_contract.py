@@ -9,11 +9,11 @@ from datetime import timedelta
 import anyio
 import pytest
 
-from ..client import DurableClient
+from ..caller.client import DurableClient
+from ..codec.failures import dump_error
 from ..errors import StatsNotSupportedError
-from ..failures import dump_error
-from ..records import WorkflowRecord, WorkflowStatus
-from ..store import Store, WorkflowStats
+from ..seams.records import WorkflowRecord, WorkflowStatus
+from ..seams.store import Store, WorkflowStats
 from .support import new_workflow, unique_name
 
 

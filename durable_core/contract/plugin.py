@@ -16,7 +16,7 @@ pytest.register_assert_rewrite(
     "durable_core.contract.listing_contract",
 )
 
-from ..store import Store  # noqa: E402
+from ..seams.store import Store  # noqa: E402
 from .support import Tamper, default_tamper  # noqa: E402
 
 

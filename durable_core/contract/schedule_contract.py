@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from ..schedules import ScheduleRecord, tick_workflow_id
-from ..store import Store
+from ..definitions.schedules import ScheduleRecord, tick_workflow_id
+from ..seams.store import Store
 from .support import new_workflow
 
 OPERATIONS = (

@@ -1,4 +1,4 @@
-"""``StoreContract``: what every :class:`~durable_core.store.Store` must do."""
+"""``StoreContract``: what every :class:`~durable_core.seams.store.Store` must do."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ..client import DurableClient
+from ..caller.client import DurableClient
 from ..codec import encode_arguments
-from ..config import WorkflowConfig
+from ..codec.failures import load_error
 from ..errors import (
     CorruptRecordError,
     FrameworkError,
@@ -22,9 +22,9 @@ from ..errors import (
     WorkflowConflictError,
     WorkflowNotFoundError,
 )
-from ..failures import load_error
-from ..records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
-from ..store import Store
+from ..runtime.config import WorkflowConfig
+from ..seams.records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
+from ..seams.store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs
 from .listing_contract import ListingContract

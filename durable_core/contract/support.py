@@ -9,10 +9,10 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..client import new_workflow_id
-from ..records import NewWorkflow, StepRecord, StepTryRecord, WorkflowRecord
-from ..schema import workflow_steps, workflows
-from ..store import Store
+from ..caller.client import new_workflow_id
+from ..seams.records import NewWorkflow, StepRecord, StepTryRecord, WorkflowRecord
+from ..seams.store import Store
+from ..sql.schema import workflow_steps, workflows
 
 EMPTY_INPUT = '{"args":[],"kwargs":{}}'
 SAFETY_SECONDS = 120.0

@@ -1,5 +1,6 @@
 """``StreamsContract`` and ``UpdatesContract``: what a store with the
-:class:`~durable_core.store.Streams` or :class:`~durable_core.store.Updates` role must do
+:class:`~durable_core.seams.store.Streams` or :class:`~durable_core.seams.store.Updates`
+role must do
 (schema version 7). A store that has a role adds its class to its contract test class::
 
     class TestMyStore(StoreContract, NoClaimerContract, StreamsContract, UpdatesContract):
@@ -20,8 +21,15 @@ from ..errors import (
     UpdateNotHandledError,
     WorkflowNotFoundError,
 )
-from ..records import ClaimedWorkflow, StepStatus, UpdateStatus, Wait, WaitKind, WorkflowStatus
-from ..store import Store, Streams, Updates
+from ..seams.records import (
+    ClaimedWorkflow,
+    StepStatus,
+    UpdateStatus,
+    Wait,
+    WaitKind,
+    WorkflowStatus,
+)
+from ..seams.store import Store, Streams, Updates
 from .support import new_workflow
 
 
@@ -46,7 +54,7 @@ async def held(store: Store, **options: Any) -> ClaimedWorkflow:
 
 
 class StreamsContract:
-    """Tests of the :class:`~durable_core.store.Streams` role."""
+    """Tests of the :class:`~durable_core.seams.store.Streams` role."""
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
 
@@ -137,7 +145,7 @@ def updates(store: Store) -> Updates:
 
 
 class UpdatesContract:
-    """Tests of the :class:`~durable_core.store.Updates` role."""
+    """Tests of the :class:`~durable_core.seams.store.Updates` role."""
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
 

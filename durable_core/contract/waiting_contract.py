@@ -14,11 +14,11 @@ from typing import Any
 import anyio
 import pytest
 
-from ..client import DurableClient
-from ..config import WorkflowConfig
+from ..caller.client import DurableClient
+from ..codec.failures import load_error
 from ..errors import FrameworkError, InvalidStateError, LeaseLostError, WorkflowNotFoundError
-from ..failures import load_error
-from ..records import (
+from ..runtime.config import WorkflowConfig
+from ..seams.records import (
     ClaimedWorkflow,
     StepStatus,
     Wait,
@@ -26,7 +26,7 @@ from ..records import (
     WorkflowRecord,
     WorkflowStatus,
 )
-from ..store import Store
+from ..seams.store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs
 from .support import SAFETY_SECONDS, new_workflow

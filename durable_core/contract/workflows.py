@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..client import start_workflows
-from ..registry import workflow
-from ..steps import workflow_step
-from ..waiting import recv, set_event, sleep
+from ..caller.client import start_workflows
+from ..definitions.registry import workflow
+from ..primitives.steps import workflow_step
+from ..primitives.waiting import recv, set_event, sleep
 
 CALLS: defaultdict[str, list[str]] = defaultdict(list)
 """Step bodies that ran, in order, per key (a replayed step adds nothing)."""

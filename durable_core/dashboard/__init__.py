@@ -1,7 +1,7 @@
 """The web dashboard (``pip install 'durable-core[dashboard]'``; ``durable dashboard``).
 
 :func:`create_app` builds it as an ASGI application over a
-:class:`~durable_core.client.DurableClient`, to serve on its own or mount in
+:class:`~durable_core.caller.client.DurableClient`, to serve on its own or mount in
 your own app. It reads and acts only through the client's admin API.
 """
 

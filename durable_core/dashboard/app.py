@@ -1,6 +1,6 @@
 """The dashboard as a Starlette application: :func:`create_app`.
 
-Every page reads through :class:`~durable_core.client.DurableClient`'s admin API
+Every page reads through :class:`~durable_core.caller.client.DurableClient`'s admin API
 (list, get, steps, attempts, counts, workers, schedules) and every action writes
 through it (retry, cancel, fork, send, bulk retry and cancel, pause, resume,
 trigger); each page is a few queries on indexes, a page of rows at a time. The
@@ -32,16 +32,16 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..client import DurableClient
+from ..caller.client import DurableClient
 from ..errors import (
     ConfigurationError,
     FrameworkError,
     SerializationError,
     WorkflowNotFoundError,
 )
-from ..records import WorkflowStatus
 from ..redaction import redact
-from ..store import Store
+from ..seams.records import WorkflowStatus
+from ..seams.store import Store
 from . import present
 from .monitor import Monitor
 from .oncall import OnCallPages, filter_of
@@ -333,7 +333,7 @@ class _Dashboard(OnCallPages):
         queue, workflow and status, the oldest pending workflow's age, and the attempts
         that ended by queue and outcome, read at each scrape."""
         try:
-            from ..metrics import CONTENT_TYPE, StoreMetrics, store_exposition
+            from ..observers.metrics import CONTENT_TYPE, StoreMetrics, store_exposition
         except ConfigurationError as exc:
             return PlainTextResponse(str(exc), status_code=501)
         if self.store_metrics is None:

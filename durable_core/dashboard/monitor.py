@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from ..client import DurableClient
-from ..records import WorkflowStatus
+from ..caller.client import DurableClient
+from ..seams.records import WorkflowStatus
 
 FINAL_OUTCOMES = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
 """Attempt outcomes that end their workflow (``retry`` and ``crashed`` do not)."""

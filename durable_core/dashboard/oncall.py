@@ -12,13 +12,13 @@ from urllib.parse import parse_qs, urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from ..definitions.schedules import SCHEDULE_HEADER
 from ..errors import ConfigurationError
-from ..operators import Activity, WorkflowFilter, unserved
-from ..records import WorkflowStatus
-from ..schedules import SCHEDULE_HEADER
+from ..seams.operators import Activity, WorkflowFilter, unserved
+from ..seams.records import WorkflowStatus
 
 if TYPE_CHECKING:
-    from ..client import DurableClient
+    from ..caller.client import DurableClient
     from .monitor import Monitor
 
 WINDOWS = (("last hour", timedelta(hours=1)), ("last day", timedelta(days=1)))

@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..codec import TAG_KEY
-from ..failures import load_error
-from ..records import StepRecord, StepTryRecord, WorkflowRecord
+from ..codec.failures import load_error
 from ..redaction import redact
+from ..seams.records import StepRecord, StepTryRecord, WorkflowRecord
 
 
 def show_value(text: str | None) -> str:

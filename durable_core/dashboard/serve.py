@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ..errors import ConfigurationError
 from ..redaction import get_logger
-from ..store import Store
+from ..seams.store import Store
 
 logger = get_logger("durable_core.dashboard")
 

@@ -14,15 +14,14 @@ from typing import Any, Self
 
 import sqlalchemy as sa
 
-from .. import migrations
 from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
-from ..records import Lease, NewWorkflow
 from ..redaction import redact
-from ..schema import SCHEMA_VERSION
-from . import errors
+from ..seams.records import Lease, NewWorkflow
+from . import errors, migrations
 from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
 from .repeats import check_repeats, unique_starts
+from .schema import SCHEMA_VERSION
 from .statements import Statements, wf
 
 

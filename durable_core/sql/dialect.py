@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.dml import Insert
 
-from ..coltypes import UTCDateTime
 from ..durations import utcnow
+from .coltypes import UTCDateTime
 
 Excluded = Callable[[str], sa.ColumnElement[Any]]
 """In an upsert's ``SET``, the value the conflicting insert proposed for a column."""

@@ -16,7 +16,7 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import Lease
+from ..seams.records import Lease
 
 
 class Failure(enum.Enum):

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..operators import Activity, ErrorCount, WorkflowFilter
-from ..records import StepRecord, WorkflowStatus
+from ..seams.operators import Activity, ErrorCount, WorkflowFilter
+from ..seams.records import StepRecord, WorkflowStatus
 from .base import SQLStoreBase
 from .rows import step_from_row
 from .statements import RETRYABLE, OperatorStatements, filter_params

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..records import (
+from ..seams.records import (
     AttemptRecord,
     BacklogRecord,
     EndedAttempts,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import WorkflowConflictError
-from ..records import NewWorkflow
+from ..seams.records import NewWorkflow
 from .connector import Row
 
 

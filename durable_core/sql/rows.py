@@ -7,7 +7,7 @@ from typing import Any
 
 from ..durations import utcnow
 from ..errors import CorruptRecordError
-from ..records import (
+from ..seams.records import (
     AttemptRecord,
     ClaimedWorkflow,
     Lease,

@@ -15,10 +15,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import schema
+from ..definitions.schedules import ScheduleRecord
 from ..errors import StoreError
-from ..records import NewWorkflow
-from ..schedules import ScheduleRecord
+from ..seams.records import NewWorkflow
+from . import schema
 from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect

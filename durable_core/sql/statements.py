@@ -18,9 +18,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .. import schema
-from ..coltypes import UTCDateTime
-from ..records import ANY_WAIT, NewWorkflow, StepStatus, WorkflowStatus
+from ..seams.records import ANY_WAIT, NewWorkflow, StepStatus, WorkflowStatus
+from . import schema
+from .coltypes import UTCDateTime
 from .connector import Params
 from .dialect import SQLDialect, const
 from .rows import STEP_FIELDS

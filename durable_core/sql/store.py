@@ -1,4 +1,4 @@
-"""``SQLStore``: the :class:`~durable_core.store.Store` for every SQL database, written once.
+"""``SQLStore``: the :class:`~durable_core.seams.store.Store` for every SQL database, written once.
 
 It runs the statements of :class:`~durable_core.sql.statements.Statements`
 through a :class:`~durable_core.sql.connector.Connector` and reads their
@@ -17,9 +17,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ..codec.failures import cancellation_record, dump_error
 from ..errors import InvalidStateError, WorkflowConflictError
-from ..failures import cancellation_record, dump_error
-from ..records import (
+from ..seams.records import (
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -52,7 +52,7 @@ class SQLStore(
     """A store over any SQL database, given its dialect and a connector.
 
     It does not claim work for a worker: a store that can (PostgreSQL) adds the
-    :class:`~durable_core.store.Claimer` methods in a subclass.
+    :class:`~durable_core.seams.store.Claimer` methods in a subclass.
     """
 
     async def retry_workflow(self, workflow_id: str) -> None:

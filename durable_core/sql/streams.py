@@ -12,11 +12,10 @@ from __future__ import annotations
 import anyio
 import sqlalchemy as sa
 
-from .. import schema
 from ..errors import StreamClosedError
-from ..records import Lease, StreamPage
-from ..talk_roles import Watch, check_key
-from . import errors
+from ..seams.records import Lease, StreamPage
+from ..seams.talk_roles import Watch, check_key
+from . import errors, schema
 from .base import SQLStoreBase
 from .dialect import SQLDialect, const
 from .statements import holds, param, wf

@@ -12,10 +12,9 @@ import json
 
 import sqlalchemy as sa
 
-from .. import schema
 from ..errors import UpdateConflictError, UpdateNotHandledError, WorkflowNotFoundError
-from ..records import Lease, UpdateRecord, UpdateStatus, WaitKind, WorkflowStatus
-from . import errors
+from ..seams.records import Lease, UpdateRecord, UpdateStatus, WaitKind, WorkflowStatus
+from . import errors, schema
 from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect, const

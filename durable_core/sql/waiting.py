@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from ..errors import ConfigurationError, WorkflowNotFoundError
-from ..records import MAX_TOPIC, Lease, Wait, WaitKind, soonest_deadline, waiting_for_all
+from ..seams.records import MAX_TOPIC, Lease, Wait, WaitKind, soonest_deadline, waiting_for_all
 from . import errors
 from .base import SQLStoreBase
 from .connector import Params

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .. import schema
-from ..operators import WorkerRecord, dump_names, load_names
+from ..seams.operators import WorkerRecord, dump_names, load_names
+from . import schema
 from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_core.plugins import plugin_manager
+from durable_core.seams.plugins import plugin_manager
 
 pytest_plugins = ["pytester"]
 
@@ -24,7 +24,7 @@ import pytest
 
 from durable_core.errors import LeaseLostError
 from durable_core.contract import NoClaimerContract, StoreContract
-from durable_core.schema import workflows
+from durable_core.sql.schema import workflows
 from durable_sqlite import SQLiteStore
 
 

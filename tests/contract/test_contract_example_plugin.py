@@ -17,11 +17,11 @@ import anyio.to_thread
 import pytest
 
 from durable_core import store_from_url
-from durable_core.backends import url_forms
+from durable_core.caller.backends import url_forms
 from durable_core.contract import NoClaimerContract, StoreContract, Tamper
 from durable_core.errors import InvalidDatabaseURLError
-from durable_core.plugins import plugin_manager
-from durable_core.store import Claimer, Store
+from durable_core.seams.plugins import plugin_manager
+from durable_core.seams.store import Claimer, Store
 
 
 def _url(tmp_path: Path) -> str:

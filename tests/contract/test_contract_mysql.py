@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from durable_core import schema
 from durable_core.contract import NoClaimerContract, StoreContract, StreamsContract, UpdatesContract
+from durable_core.sql import schema
 from durable_mysql import MySQLStore
 
 

@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 import asyncpg
 
-from durable_core.queues import Queue, Route
-from durable_core.records import NewWorkflow, WorkflowStatus
-from durable_core.schema import WORKFLOW_TABLES
+from durable_core.definitions.queues import Queue, Route
+from durable_core.seams.records import NewWorkflow, WorkflowStatus
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
 from durable_postgres.dialect import PostgresStatements

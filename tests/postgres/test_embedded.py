@@ -8,10 +8,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from durable_core.definitions.queues import Queue, Route
 from durable_core.errors import StoreError, StoreUnavailableError
-from durable_core.plugins import plugin_manager
-from durable_core.queues import Queue, Route
-from durable_core.records import NewWorkflow, WorkflowStatus
+from durable_core.seams.plugins import plugin_manager
+from durable_core.seams.records import NewWorkflow, WorkflowStatus
 from durable_postgres import EmbeddedPostgres, PostgresStore
 
 ROUTES = [Route(Queue("default"), ("tests.flow",), 1000)]

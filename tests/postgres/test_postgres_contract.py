@@ -14,7 +14,7 @@ from durable_core.contract import (
     Tamper,
     UpdatesContract,
 )
-from durable_core.schema import WORKFLOW_TABLES
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 
 

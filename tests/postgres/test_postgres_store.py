@@ -15,7 +15,8 @@ import asyncpg
 import pytest
 
 from durable_core import DurableClient, workflow, workflow_step
-from durable_core.backends import store_from_url
+from durable_core.caller.backends import store_from_url
+from durable_core.definitions.queues import Queue, Route
 from durable_core.errors import (
     CorruptRecordError,
     InvalidDatabaseURLError,
@@ -27,8 +28,7 @@ from durable_core.errors import (
     WorkflowConflictError,
     WorkflowNotFoundError,
 )
-from durable_core.queues import Queue, Route
-from durable_core.records import (
+from durable_core.seams.records import (
     ClaimedWorkflow,
     NewWorkflow,
     StepStatus,
@@ -36,8 +36,8 @@ from durable_core.records import (
     WaitKind,
     WorkflowStatus,
 )
-from durable_core.schema import WORKFLOW_TABLES
-from durable_core.store import Claimer, Store
+from durable_core.seams.store import Claimer, Store
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_core.testing import WorkflowRunner
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement

@@ -13,7 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from durable_core.schema import WORKFLOW_TABLES
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from tests.worker.app import SIDE_TABLE_DDL
 

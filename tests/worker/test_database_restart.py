@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from durable_core import DurableClient
-from durable_core.schema import WORKFLOW_TABLES
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.embedded import pid_alive
 from tests.worker import app

@@ -15,15 +15,15 @@ import pytest
 
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus
 from durable_core.errors import FrameworkError, LeaseLostError
-from durable_core.group_commit import GroupCommit
-from durable_core.records import (
+from durable_core.runtime.group_commit import GroupCommit
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.records import (
     ClaimedWorkflow,
     Lease,
     Settlement,
     StepStatus,
     StepWrite,
 )
-from durable_core.worker import WorkflowWorker
 from durable_postgres import PostgresStore
 from tests.worker import app
 from tests.worker.conftest import Workers, eventually

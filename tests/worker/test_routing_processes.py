@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from durable_core import DurableClient
-from durable_core.records import NewWorkflow, WorkflowStatus
+from durable_core.seams.records import NewWorkflow, WorkflowStatus
 from durable_postgres import PostgresStore
 from tests.worker.apps import limited, reports, shop
 from tests.worker.conftest import Workers, eventually

@@ -10,7 +10,7 @@ import anyio
 import asyncpg
 
 from durable_core import DurableClient, Schedule, WorkflowStatus
-from durable_core.schedules import tick_workflow_id
+from durable_core.definitions.schedules import tick_workflow_id
 from durable_postgres import PostgresStore
 from tests.worker import scheduled_app
 from tests.worker.conftest import Workers, eventually

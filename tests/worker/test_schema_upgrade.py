@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from durable_core.schema import SCHEMA_VERSION
+from durable_core.sql.schema import SCHEMA_VERSION
 from tests import release_0_1
 from tests.conftest import drop_postgres_database, fresh_postgres_database
 from tests.worker import app

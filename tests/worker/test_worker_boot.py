@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from durable_core import migrations
-from durable_core.schema import WORKFLOW_TABLES
+from durable_core.sql import migrations
+from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from tests.conftest import drop_postgres_database, fresh_postgres_database
 from tests.worker.conftest import Workers, eventually

@@ -10,8 +10,8 @@ import anyio
 import asyncpg
 
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus, workflow, workflow_step
-from durable_core.records import Lease, Settlement, StepWrite
-from durable_core.worker import WorkflowWorker
+from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.records import Lease, Settlement, StepWrite
 from durable_postgres import PostgresStore
 
 finished: list[str] = []

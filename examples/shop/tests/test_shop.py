@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from durable_core import DurableClient, Store, WorkflowStatus
+from durable_core.runtime.worker_process import WorkerProcess
 from durable_core.testing import WorkflowRunner
-from durable_core.worker_process import WorkerProcess
 
 from .conftest import shop_client
 

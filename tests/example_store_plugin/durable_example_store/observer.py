@@ -11,7 +11,7 @@ import os
 from datetime import datetime
 from typing import Any
 
-from durable_core.hookspecs import hookimpl
+from durable_core.seams.hookspecs import hookimpl
 
 EVENTS_ENV = "DURABLE_EXAMPLE_EVENTS"
 

@@ -3,8 +3,8 @@ written from scratch), ``example+sql:///path`` to an :class:`ExampleSQLStore` (t
 
 from __future__ import annotations
 
-from durable_core.hookspecs import hookimpl
-from durable_core.store import Store
+from durable_core.seams.hookspecs import hookimpl
+from durable_core.seams.store import Store
 
 
 @hookimpl

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from durable_core.definitions.schedules import ScheduleRecord
 from durable_core.errors import InvalidDatabaseURLError
-from durable_core.records import (
+from durable_core.seams.records import (
     AttemptRecord,
     BacklogRecord,
     ClaimedWorkflow,
@@ -22,7 +23,6 @@ from durable_core.records import (
     WorkflowRecord,
     WorkflowStatus,
 )
-from durable_core.schedules import ScheduleRecord
 from durable_sqlite import SQLiteStore
 
 SCHEME = "example+sqlite:"

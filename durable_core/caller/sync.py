@@ -1,0 +1,514 @@
+"""Blocking access for synchronous code (Django, Flask, scripts): :class:`SyncClient`.
+
+A ``SyncClient`` runs an event loop in a background thread (anyio's blocking
+portal) with one open store on it, and every method hands its call to that
+loop and blocks until it is done. Any number of threads may call one client
+at once; their calls run concurrently on the loop. Open one per process, at
+start-up, and close it at exit (or use it as a context manager)::
+
+    durable = SyncClient("postgresql://app@db/app")
+    handle = durable.start_workflow(welcome_flow, user_id)
+    handle.wait(timeout=30)
+
+It survives a fork (gunicorn ``--preload``, ``multiprocessing`` with the
+``fork`` start method): the child's first call opens a loop and a store of its
+own, leaving the parent's connections untouched. It refuses to be called where
+an event loop runs (inside ``async def`` code, a workflow or a step), which it
+would stall: ``await`` the async API there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from ..definitions.queues import Queue
+from ..definitions.schedules import Schedule, ScheduleRecord
+from ..errors import BlockingCallInEventLoopError, ConfigurationError
+from ..seams.records import (
+    AttemptRecord,
+    BacklogRecord,
+    EndedAttempts,
+    StepRecord,
+    StepTryRecord,
+    WorkflowRecord,
+    WorkflowStatus,
+)
+from ..seams.store import Store
+from .backends import open_store
+from .client import DurableClient, WorkflowStart
+from .handle import WorkflowHandle
+from .sync_oncall import SyncOnCallMethods
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+_lock = threading.Lock()
+"""Guards opening and closing loops; a new one in each forked child (the parent's may have
+been held, at the fork, by a thread the child does not have)."""
+
+
+def _new_lock() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock)
+
+
+def refuse_in_event_loop(what: str) -> None:
+    """Raise :class:`BlockingCallInEventLoopError` when an event loop runs in this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        running = False
+        trio = sys.modules.get("trio")
+        if trio is not None:
+            try:
+                trio.lowlevel.current_trio_token()
+                running = True
+            except RuntimeError:
+                pass
+    else:
+        running = True
+    if running:
+        raise BlockingCallInEventLoopError(
+            f"SyncClient.{what}() was called where an event loop runs, which it would stall: "
+            "in async code use DurableClient on a store opened there (await open_store(url)), "
+            "or run the call in a thread (await anyio.to_thread.run_sync(...))"
+        )
+
+
+class _Loop:
+    """An event loop in a thread of its own with the store for ``url`` open on it, in the
+    process that made it."""
+
+    def __init__(self, url: str | None) -> None:
+        self.pid = os.getpid()
+        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal("asyncio")
+        self.portal = self._portal_cm.__enter__()
+        try:
+            self.store: Store = self.portal.call(open_store, url)
+        except BaseException as exc:
+            self._portal_cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    def close(self) -> None:
+        try:
+            self.portal.call(self.store.close)
+        finally:
+            self._portal_cm.__exit__(None, None, None)
+
+
+class _Shared:
+    """The loop the clients of one :class:`SyncClient` (and its ``with_options`` copies)
+    share: reopened in a forked child, closed once."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.closed = False
+        self.current = _Loop(url)
+        self.inherited: list[_Loop] = []
+        """Loops made before a fork, by the parent: kept, never used, closed or collected
+        here (their connections are the parent's)."""
+
+    def loop(self) -> _Loop:
+        """This process's loop, opened on the first call after a fork."""
+        current = self.current
+        if self.closed:
+            raise ConfigurationError("this SyncClient is closed")
+        if current.pid == os.getpid():
+            return current
+        with _lock:
+            if self.current.pid != os.getpid():
+                self.inherited.append(self.current)
+                self.current = _Loop(self.url)
+            return self.current
+
+    def close(self) -> None:
+        with _lock:
+            if self.closed:
+                return
+            self.closed = True
+            current = self.current
+        if current.pid == os.getpid():
+            current.close()
+
+
+def _on(store: Store, template: DurableClient) -> DurableClient:
+    """A client like ``template`` (its options) on ``store``."""
+    return DurableClient(
+        store,
+        max_attempts=template.max_attempts,
+        timeout=template.timeout,
+        queue=template.queue,
+        priority=template.priority,
+        concurrency_key=template.concurrency_key,
+    )
+
+
+class SyncHandle(Generic[R]):
+    """The blocking twin of :class:`~durable_core.caller.handle.WorkflowHandle`."""
+
+    def __init__(self, client: SyncClient, handle: WorkflowHandle[R]) -> None:
+        self._client = client
+        self.id = handle.id
+        """The workflow id."""
+        self.name = handle.name
+        """The workflow's name, when the handle was made by starting it."""
+
+    def __repr__(self) -> str:
+        return f"SyncHandle({self.id!r})"
+
+    def _call(self, method: str, *args: Any) -> Any:
+        def run() -> Awaitable[Any]:
+            handle: WorkflowHandle[R] = WorkflowHandle(self._client.store, self.id, self.name)
+            return getattr(handle, method)(*args)  # type: ignore[no-any-return]
+
+        run.__name__ = method
+        return self._client.call(run)
+
+    def status(self) -> WorkflowStatus:
+        """The live status."""
+        return self._call("status")  # type: ignore[no-any-return]
+
+    def info(self) -> WorkflowRecord:
+        """The whole row."""
+        return self._call("info")  # type: ignore[no-any-return]
+
+    def steps(self) -> list[StepRecord]:
+        """The recorded steps, in index order."""
+        return self._call("steps")  # type: ignore[no-any-return]
+
+    def step_tries(self) -> list[StepTryRecord]:
+        """Every failed try of its steps, oldest first."""
+        return self._call("step_tries")  # type: ignore[no-any-return]
+
+    def attempts(self) -> list[AttemptRecord]:
+        """Every ended attempt, oldest first."""
+        return self._call("attempts")  # type: ignore[no-any-return]
+
+    def wait(self, timeout: float | timedelta | None = None) -> WorkflowStatus:
+        """Block until the workflow ends and return its terminal status; with a ``timeout``,
+        raise :class:`~durable_core.errors.WaitTimeoutError` when it passes first (the
+        workflow is not cancelled)."""
+        if timeout is None:
+            return self._call("wait")  # type: ignore[no-any-return]
+        return self._call("wait_with_timeout", timeout)  # type: ignore[no-any-return]
+
+    def wait_with_timeout(self, timeout: float | timedelta) -> WorkflowStatus:
+        """Block at most ``timeout`` for a terminal status (as ``wait(timeout)``)."""
+        return self._call("wait_with_timeout", timeout)  # type: ignore[no-any-return]
+
+    def wait_with_options(
+        self, poll: float | timedelta | None = None, deadline: float | timedelta | None = None
+    ) -> WorkflowStatus:
+        """Wait for a terminal status, polling every ``poll`` for at most ``deadline``."""
+        return self._call("wait_with_options", poll, deadline)  # type: ignore[no-any-return]
+
+    @overload
+    def output(self) -> R: ...
+
+    @overload
+    def output(self, type_: type[T]) -> T: ...
+
+    def output(self, type_: type[Any] | None = None) -> Any:
+        """The decoded output (converted to ``type_`` if given); see
+        :meth:`WorkflowHandle.output <durable_core.caller.handle.WorkflowHandle.output>`."""
+        return self._call("output") if type_ is None else self._call("output", type_)
+
+    def output_raw(self) -> str:
+        """The output JSON text of a succeeded workflow."""
+        return self._call("output_raw")  # type: ignore[no-any-return]
+
+    def error(self) -> dict[str, Any] | None:
+        """The recorded error, if any."""
+        return self._call("error")  # type: ignore[no-any-return]
+
+    def cancel(self) -> None:
+        """Cancel the workflow and its unfinished children."""
+        self._call("cancel")
+
+    def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
+        """The value the workflow published under ``key``, waiting up to ``timeout`` for it
+        (``None`` then); with no timeout, until it appears."""
+        return self._call("get_event", key, timeout)
+
+    def read_stream(self, key: str, *, offset: int = 0) -> Iterator[Any]:
+        """The values of the workflow's stream ``key`` from ``offset``, each as it comes,
+        until the key is closed or the workflow ends (blocking between values)."""
+        handle: WorkflowHandle[R] = WorkflowHandle(self._client.store, self.id, self.name)
+        values = handle.read_stream(key, offset=offset)
+        try:
+            while True:
+                try:
+                    yield self._client.call(values.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._client.call(values.aclose)  # type: ignore[attr-defined]
+
+
+class SyncClient(SyncOnCallMethods):
+    """A blocking :class:`~durable_core.caller.client.DurableClient` on the store for ``url``
+    (default: ``DURABLE_DATABASE_URL``), safe to share between threads and across a fork.
+
+    It opens on construction and stays open until :meth:`close` (or the end of a
+    ``with`` block). Its copies made by :meth:`with_options` share its loop and
+    store: closing one closes them all.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> None:
+        self._shared = _Shared(url)
+        try:
+            self._template = DurableClient(
+                self._shared.current.store, max_attempts=max_attempts, timeout=timeout
+            )
+        except BaseException:
+            self._shared.close()
+            raise
+        self._bound = self._template
+
+    @property
+    def store(self) -> Store:
+        """The open store, on the client's loop (in this process)."""
+        return self._shared.loop().store
+
+    @property
+    def client(self) -> DurableClient:
+        """The async client the methods run on the loop, with this client's options."""
+        store = self.store
+        if self._bound.store is not store:
+            self._bound = _on(store, self._template)
+        return self._bound
+
+    def with_options(
+        self,
+        *,
+        timeout: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        queue: Queue | str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+    ) -> SyncClient:
+        """This client (on the same loop and store), starting workflows with these options;
+        see :meth:`DurableClient.with_options`."""
+        copy = object.__new__(SyncClient)
+        copy._shared = self._shared
+        copy._template = self._template.with_options(
+            timeout=timeout,
+            max_attempts=max_attempts,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
+        )
+        copy._bound = copy._template
+        return copy
+
+    def call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``await func(*args, **kwargs)`` on the client's loop and return its result
+        (for the async API this class does not wrap, e.g. a test's ``WorkflowRunner``).
+
+        Raises :class:`~durable_core.errors.BlockingCallInEventLoopError` where an event loop
+        runs, and :class:`~durable_core.errors.ConfigurationError` once closed."""
+        refuse_in_event_loop(getattr(func, "__name__", "call"))
+        return self._shared.loop().portal.call(functools.partial(func, *args, **kwargs))
+
+    def close(self) -> None:
+        """Close the store and stop the background loop (a second call does nothing). In a
+        forked child that never used it, the parent's loop and store are left alone."""
+        refuse_in_event_loop("close")
+        self._shared.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _wrap(self, handle: WorkflowHandle[R]) -> SyncHandle[R]:
+        return SyncHandle(self, handle)
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def apply_schema(self) -> None:
+        """Create or upgrade the durable tables (as ``durable migrate`` does)."""
+        self.call(self.store.apply_schema)
+
+    def start_workflow(
+        self, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> SyncHandle[R]:
+        """Enqueue ``fn(*args, **kwargs)``; see :meth:`DurableClient.start_workflow`."""
+        return self._wrap(self.call(self.client.start_workflow, fn, *args, **kwargs))
+
+    def start_workflow_with_id(
+        self, workflow_id: str, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> SyncHandle[R]:
+        """Start ``fn(*args, **kwargs)`` as ``workflow_id``, at most once."""
+        started = self.call(self.client.start_workflow_with_id, workflow_id, fn, *args, **kwargs)
+        return self._wrap(started)
+
+    def start_workflow_later(
+        self,
+        delay_seconds: float | timedelta,
+        fn: Callable[P, Awaitable[R]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> SyncHandle[R]:
+        """Like :meth:`start_workflow`, due ``delay_seconds`` (or a timedelta) from now."""
+        started = self.call(self.client.start_workflow_later, delay_seconds, fn, *args, **kwargs)
+        return self._wrap(started)
+
+    def start_workflows(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        arguments: Iterable[Sequence[Any] | Mapping[str, Any] | WorkflowStart],
+    ) -> list[SyncHandle[R]]:
+        """Enqueue many instances in one statement; all are written, or none."""
+        items = list(arguments)
+        return [self._wrap(h) for h in self.call(self.client.start_workflows, fn, items)]
+
+    def send(
+        self,
+        workflow_id: str,
+        message: Any,
+        *,
+        topic: str = "",
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send ``message`` to workflow ``workflow_id`` (see :meth:`DurableClient.send`)."""
+        self.call(
+            self.client.send, workflow_id, message, topic=topic, idempotency_key=idempotency_key
+        )
+
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        timeout: float | timedelta | None = None,
+        update_id: str | None = None,
+    ) -> Any:
+        """Send an update and return the body's reply (see :meth:`DurableClient.update`)."""
+        return self.call(
+            self.client.update, workflow_id, name, payload, timeout=timeout, update_id=update_id
+        )
+
+    def handle(self, workflow_id: str) -> SyncHandle[Any]:
+        """A handle to an existing workflow."""
+        return self._wrap(WorkflowHandle(self.store, workflow_id))
+
+    # -- administration ---------------------------------------------------------------------
+
+    def list_workflows(
+        self,
+        *,
+        status: WorkflowStatus | str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        queue: Queue | str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        before: str | None = None,
+        error_type: str | None = None,
+    ) -> list[WorkflowRecord]:
+        """The newest workflows first, optionally filtered, a page at a time; see
+        :meth:`DurableClient.list_workflows`."""
+        return self.call(
+            self.client.list_workflows,
+            status=status,
+            name=name,
+            limit=limit,
+            queue=queue,
+            parent_id=parent_id,
+            created_after=created_after,
+            created_before=created_before,
+            before=before,
+            error_type=error_type,
+        )
+
+    def get(self, workflow_id: str) -> WorkflowRecord:
+        """The row of workflow ``workflow_id``."""
+        return self.call(self.client.get, workflow_id)
+
+    def retry(self, workflow_id: str) -> None:
+        """Put a failed or cancelled workflow back to pending."""
+        self.call(self.client.retry, workflow_id)
+
+    def cancel(self, workflow_id: str) -> None:
+        """Cancel a workflow and its unfinished children."""
+        self.call(self.client.cancel, workflow_id)
+
+    def fork(self, workflow_id: str, *, from_step: int) -> SyncHandle[Any]:
+        """A new workflow that reruns ``workflow_id`` from step ``from_step``."""
+        return self._wrap(self.call(self.client.fork, workflow_id, from_step=from_step))
+
+    def backlog(self) -> list[BacklogRecord]:
+        """The unfinished workflows counted by queue, name and status."""
+        return self.call(self.client.backlog)
+
+    @property
+    def has_stats(self) -> bool:
+        """Whether the store counts ended attempts (:meth:`count_ended_attempts`)."""
+        return self.client.has_stats
+
+    def count_ended_attempts(self, after: int | None = None) -> EndedAttempts:
+        """The attempts that ended since the cursor ``after``, by queue and outcome."""
+        return self.call(self.client.count_ended_attempts, after)
+
+    # -- schedules --------------------------------------------------------------------------
+
+    def add_schedule(
+        self, name: str, fn: Callable[..., Awaitable[Any]], schedule: Schedule | str
+    ) -> ScheduleRecord:
+        """Start ``fn`` on every tick of ``schedule``; see :meth:`DurableClient.add_schedule`."""
+        return self.call(self.client.add_schedule, name, fn, schedule)
+
+    def get_schedule(self, name: str) -> ScheduleRecord:
+        """The schedule ``name``."""
+        return self.call(self.client.get_schedule, name)
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, by name."""
+        return self.call(self.client.list_schedules)
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop starting workflows on ``name``'s ticks until it is resumed."""
+        self.call(self.client.pause_schedule, name)
+
+    def resume_schedule(self, name: str) -> None:
+        """Start workflows on ``name``'s ticks again, from its next tick after now."""
+        self.call(self.client.resume_schedule, name)
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete the schedule ``name`` (not the workflows it started)."""
+        self.call(self.client.delete_schedule, name)
+
+    def trigger_schedule(self, name: str) -> SyncHandle[Any]:
+        """Start the workflow of schedule ``name`` now (see
+        :meth:`DurableClient.trigger_schedule`)."""
+        return self._wrap(self.call(self.client.trigger_schedule, name))

@@ -1,0 +1,729 @@
+"""``Attempt``: the one door between a running workflow body and the world.
+
+Every effect of a body goes through its attempt and nowhere else: steps, waits,
+messages, events, child starts, schedule changes, patches, ``now()`` and
+``random()``. The attempt owns what they share: the journal (where each call
+stands, what a replay returns), the lease (renewals, fencing, loss), the body's
+cancel scope, the writes (to the store, or through a group commit) in the order
+their durability needs, and how the attempt ended (:class:`Ending`, decided once).
+
+Each primitive is one method here; the public functions (:func:`durable_core.sleep`,
+:func:`durable_core.recv`, ...) only check their arguments and call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar, cast
+
+import anyio
+import anyio.lowlevel
+
+from ..codec import decode, encode, encode_arguments, same_arguments
+from ..codec.failures import dump_error, error_record
+from ..definitions.retry import RetryPolicy
+from ..durations import utcnow
+from ..errors import FrameworkError, LeaseLostError, StoreUnavailableError
+from ..redaction import get_logger
+from ..seams.plugins import message_sent, observers
+from ..seams.records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
+from ..seams.store import StepWriter, Store
+from ..seams.talk_roles import streams_of, updates_of
+from .config import WorkflowConfig
+from .context import enter_step, leave_step
+from .group_commit import GroupCommit
+from .journal import Call, Journal, derived_id
+from .suspension import Suspension, stopped
+
+
+class StepBody(Protocol):
+    """What the attempt runs of a step (a :class:`~durable_core.primitives.steps.Step`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def retry(self) -> RetryPolicy | None: ...
+
+    async def run_body(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the step's function once, bounded by its timeout."""
+        ...
+
+
+class Keeper(Protocol):
+    """What renews an attempt's lease (a :class:`~durable_core.runtime.leases.LeaseKeeper`)."""
+
+    def keeps(self, attempt: Attempt) -> bool:
+        """Whether ``attempt``'s lease is still renewed there."""
+        ...
+
+
+class Ending(enum.Enum):
+    """How an attempt ended other than by its body returning or raising."""
+
+    SUSPENDED = "waiting"
+    """Every branch waits: the row waits, holding no lease and no slot."""
+    CANCELLED = "cancelled"
+    """The workflow was cancelled while this attempt ran it."""
+    TIMED_OUT = "timed_out"
+    """The workflow's timeout passed."""
+    LEASE_LOST = "lease_lost"
+    """A write was refused or a renewal failed: the lease is gone (a reclaim, or a cancel
+    heard only through the refusal)."""
+
+
+logger = get_logger("durable_core.worker")
+
+T = TypeVar("T")
+
+_MAX_STORE_BACKOFF = 2.0
+
+SUSPEND_RETRY_AFTER = 5.0
+"""A step retry due later than this many seconds waits as a durable wait (the workflow
+suspends once nothing else runs) instead of holding its worker slot."""
+
+
+def _instant(value: datetime | None) -> str:
+    return json.dumps(None if value is None else value.isoformat())
+
+
+def _parse_instant(text: str | None) -> datetime | None:
+    value = json.loads(text) if text else None
+    return None if value is None else datetime.fromisoformat(value)
+
+
+class Attempt:
+    """One attempt of one claimed workflow, from its claim to its settlement."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: WorkflowConfig,
+        claimed: ClaimedWorkflow,
+        clock: Callable[[], datetime] = utcnow,
+        group: GroupCommit | None = None,
+    ) -> None:
+        self.store = store
+        self.group = group
+        self.writes: StepWriter = store if group is None else group
+        """What step rows and the settlement go through (the store, or a group commit)."""
+        self.config = config
+        self.claimed = claimed
+        self.clock = clock
+        """The time durable waits measure deadlines by (a test's clock in the runner)."""
+        self.lease = claimed.lease
+        self.fields: dict[str, Any] = {
+            "worker_id": claimed.lease.worker_id,
+            "workflow_id": claimed.id,
+            "attempts": claimed.attempts,
+            "max_attempts": claimed.max_attempts,
+        }
+        """What every log record and observer event of this attempt carries."""
+        self.journal = Journal(claimed.name)
+        self.failed_step: tuple[int, str] | None = None
+        """The step the attempt failed in, recorded with its error."""
+        self.lease_deadline = time.monotonic() + config.lock_timeout_secs
+        self.renew_at = anyio.current_time() + config.heartbeat_interval
+        self.ending: Ending | None = None
+        """How the attempt ended, once something other than the body's end decided it."""
+        self.suspended: list[Wait] = []
+        """What the attempt suspended on, once it has."""
+        self.policy: RetryPolicy | None = None
+        """The workflow's retry policy (``None``: linear backoff, the configured budget)."""
+        self.given_up: list[BaseException] = []
+        """Errors a step's retry policy gave up on: if one fails the body, no attempt follows."""
+        self.body_scope = anyio.CancelScope()
+        self.patches: dict[str, bool] = {}
+        """Each patch id's answer in this attempt (see :mod:`durable_core.primitives.patching`)."""
+        self.calls = Suspension(self._suspend, clock, config.poll_interval)
+        """The durable calls in flight, and when they suspend the workflow."""
+        self.replaying = False
+        """A replay check (:mod:`durable_core.runtime.replay`): nothing runs and nothing is written;
+        a branch stops at its first call the history does not end."""
+
+    # -- the history ----------------------------------------------------------------------------
+
+    async def load_history(self) -> None:
+        """Read the recorded calls (unless the claim brought them along)."""
+        steps = self.claimed.steps
+        if steps is None:
+            workflow_id = self.claimed.id
+            steps = tuple(await self.persist(lambda: self.store.load_steps(workflow_id)))
+        self.journal = Journal(f"{self.claimed.name} ({self.claimed.id})", steps)
+
+    def _call(self, name: str, input_json: str | None = None, *, step: bool = False) -> Call:
+        """The next call of the running branch, checked against the journal."""
+        call = self.journal.call(name)
+        try:
+            self.journal.check(call, input_json, step=step)
+        except FrameworkError:
+            self.failed_step = (call.index, name)  # recorded against this call
+            raise
+        return call
+
+    # -- the door: what a body does -------------------------------------------------------------
+
+    async def run_step(self, step: StepBody, args: tuple[Any, ...], kwargs: Any) -> Any:
+        """Run ``step`` durably: its recorded output on a replay, else its body, retried by
+        its policy, with each try and its end recorded."""
+        call = self.journal.call(step.name)
+        what = f"input of step {step.name!r} (index {call.index})"
+        try:
+            # A recorded input is compared with this one written by the same codec.
+            like = None if call.recorded is None else call.recorded.input
+            input_json = encode_arguments(args, kwargs, what=what, like=like)
+            if like is not None and input_json != like and same_arguments(like, args, kwargs):
+                input_json = like  # the same values, stored before a class was renamed
+            if call.recorded is not None:
+                self.journal.check(call, input_json, step=True)
+                if call.output is not None:
+                    value = decode(call.output, what=f"cached output of step {step.name!r}")
+                    self._replayed(call)
+                    return value
+        except FrameworkError:
+            self.failed_step = (call.index, step.name)
+            raise
+        if self.replaying:
+            await _past_history()
+        await self._enter()
+        try:
+            tries = 1
+            recorded = call.recorded
+            if recorded is not None and recorded.status is StepStatus.WAITING:
+                state = json.loads(recorded.output or "{}")
+                tries = int(state["tries"])
+                deadline = datetime.fromisoformat(state["deadline"])
+                await self._retry_wait(call, input_json, tries, deadline)
+                tries += 1
+            while True:
+                await self.persist(
+                    lambda: self.writes.start_step(
+                        self.lease, call.index, call.name, input_json, path=call.stored_path
+                    )
+                )
+                observers().durable_step_started(step_attempt=tries, **self._step_fields(call))
+                token = enter_step()
+                try:
+                    result = await step.run_body(*args, **kwargs)
+                    output = encode(
+                        result, what=f"output of step {step.name!r} (index {call.index})"
+                    )
+                except Exception as exc:
+                    await self._step_failed(call, exc)
+                    policy = step.retry
+                    if policy is None:
+                        raise
+                    if not policy.retries(exc) or tries >= policy.max_attempts:
+                        self.given_up.append(exc)  # its policy decided: if it escapes, it fails
+                        raise
+                    delay = policy.delay(tries)
+                    if delay > SUSPEND_RETRY_AFTER:
+                        deadline = self.clock() + timedelta(seconds=delay)
+                        await self._retry_wait(call, input_json, tries, deadline)
+                    else:
+                        await anyio.sleep(delay)
+                    tries += 1
+                    continue
+                finally:
+                    leave_step(token)
+                self.failed_step = None  # a step retried to success is not the one that failed
+                await self.persist(
+                    functools.partial(self.writes.complete_step, self.lease, call.index, output)
+                )
+                self._recorded(call)
+                return result
+        finally:
+            self._leave()
+
+    async def effect(
+        self,
+        name: str,
+        input_json: str,
+        act: Callable[[Call], Awaitable[str]],
+        *,
+        records: bool = False,
+    ) -> str:
+        """Act once for this call site (``act(call)`` returns the output JSON to record;
+        ``records``: ``act`` records it itself, in the transaction that acts); a replay
+        returns the recorded output without acting. It acts only once every write before
+        it has committed, so nothing it starts or sends can outlive a step it depends on."""
+        call = self._call(name)
+        if call.output is not None:
+            self._replayed(call)
+            return call.output
+        if self.replaying:
+            await _past_history()
+        await self._enter()
+        try:
+            await self._committed()
+            output = await self.persist(lambda: act(call))
+            if records:
+                self._recorded(call)
+            else:
+                await self._record(call, input_json, output)
+            return output
+        finally:
+            self._leave()
+
+    async def wait(
+        self,
+        name: str,
+        input_json: str,
+        *,
+        kind: WaitKind,
+        key: str,
+        until: timedelta | datetime | None,
+        over: Callable[[Call], Awaitable[str | None]],
+        timed_out: Callable[[datetime], str],
+    ) -> str:
+        """Wait at this call site until ``over(call)`` returns the output (having recorded
+        it) or the deadline passes (recording ``timed_out(deadline)``). In between the
+        branch blocks; once nothing else runs, the workflow suspends.
+
+        The deadline (``until``, or ``until`` from the attempt's clock) is fixed the first
+        time the call runs and kept in its waiting row, so a replay waits for the same
+        moment.
+        """
+        call = self._call(name)
+        if call.output is not None:
+            self._replayed(call)
+            return call.output
+        if self.replaying:
+            await _past_history()
+        recorded = call.recorded
+        if recorded is not None and recorded.status is StepStatus.WAITING:
+            deadline = _parse_instant(recorded.output)
+        else:
+            deadline = self.clock() + until if isinstance(until, timedelta) else until
+        await self._enter()
+        try:
+            while True:
+                result = await over(call)
+                if result is not None:
+                    return result
+                if deadline is not None and self.clock() >= deadline:
+                    output = timed_out(deadline)
+                    await self._record(call, input_json, output)
+                    return output
+                wait = Wait(
+                    kind,
+                    key,
+                    deadline,
+                    call.index,
+                    name,
+                    input_json,
+                    step_output=_instant(deadline),
+                    step_path=call.stored_path,
+                )
+                await self.calls.block(call.path, wait)
+        finally:
+            self._leave()
+
+    async def sleep(self, input_json: str, until: timedelta | datetime) -> None:
+        """A durable sleep: over at its deadline only."""
+        await self.wait(
+            "durable.sleep",
+            input_json,
+            kind=WaitKind.SLEEP,
+            key="",
+            until=until,
+            over=_never,
+            timed_out=lambda deadline: json.dumps(deadline.isoformat()),
+        )
+
+    async def recv(self, topic: str, until: timedelta | None) -> str:
+        """The next message on ``topic`` (its payload JSON), or ``"null"`` at the deadline."""
+        name, input_json = "durable.recv", json.dumps([topic])
+
+        async def over(call: Call) -> str | None:
+            payload = await self.persist(
+                lambda: self.writes.receive(
+                    self.lease, topic, call.index, name, input_json, path=call.stored_path
+                )
+            )
+            if payload is not None:
+                self._recorded(call)
+            return payload
+
+        return await self.wait(
+            name,
+            input_json,
+            kind=WaitKind.MESSAGE,
+            key=topic,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+
+    async def join(
+        self, child_id: str, until: timedelta | None, look: Callable[[], Awaitable[str | None]]
+    ) -> str:
+        """Wait for the child ``child_id`` to settle: ``look()`` reads its outcome JSON
+        (``None`` while it runs); ``"null"`` at the deadline."""
+        name, input_json = "durable.wait", json.dumps([child_id])
+
+        async def over(call: Call) -> str | None:
+            output = await look()
+            if output is not None:
+                await self._record(call, input_json, output)
+            return output
+
+        return await self.wait(
+            name,
+            input_json,
+            kind=WaitKind.CHILD,
+            key=child_id,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+
+    async def set_event(self, key: str, value: str) -> None:
+        """Publish ``value`` under ``key`` for this workflow, once per call site."""
+
+        async def publish(call: Call) -> str:
+            await self.writes.set_event(self.lease, key, value)
+            return "null"
+
+        await self.effect("durable.set_event", json.dumps([key]), publish)
+
+    async def write_stream(self, key: str, value: str | None) -> int:
+        """Append ``value`` to this workflow's stream ``key`` (``None`` closes it), once per
+        call site: the value and the call's record are one transaction; its offset."""
+        streams = streams_of(self.store)
+        name = "durable.write_stream" if value is not None else "durable.close_stream"
+        input_json = json.dumps([key])
+
+        async def append(call: Call) -> str:
+            at = await streams.write_stream(
+                self.lease, key, value, call.index, name, input_json, path=call.stored_path
+            )
+            return str(at)
+
+        return int(await self.effect(name, input_json, append, records=True))
+
+    async def recv_update(
+        self, name: str, until: timedelta | None, validate: Callable[[str], str | None]
+    ) -> str:
+        """The next update ``name`` (``[update id, payload JSON]`` as JSON), taken in the
+        transaction that records this call, or ``"null"`` at the deadline. ``validate(payload)``
+        returns an error JSON to reject one (it never enters the history) or ``None``."""
+        updates = updates_of(self.store)
+        step_name, input_json = "durable.recv_update", json.dumps([name])
+
+        async def over(call: Call) -> str | None:
+            workflow_id = self.claimed.id
+            while True:
+                found = await self.persist(lambda: updates.next_update(workflow_id, name))
+                if found is None:
+                    return None
+                update_id = found.update_id
+                refused = validate(found.payload)
+                if refused is not None:
+                    reject = functools.partial(
+                        updates.reject_update, self.lease, update_id, refused
+                    )
+                    await self.persist(reject)
+                    continue
+                output = json.dumps([update_id, found.payload])
+                take = functools.partial(
+                    updates.take_update,
+                    self.lease,
+                    update_id,
+                    call.index,
+                    step_name,
+                    input_json,
+                    output,
+                    path=call.stored_path,
+                )
+                taken = await self.persist(take)
+                if taken:
+                    self._recorded(call)
+                    return output
+
+        return await self.wait(
+            step_name,
+            input_json,
+            kind=WaitKind.UPDATE,
+            key=name,
+            until=until,
+            over=over,
+            timed_out=lambda deadline: "null",
+        )
+
+    async def reply_update(self, update_id: str, reply: str) -> None:
+        """Reply ``reply`` to the update ``update_id`` this workflow took, once per call site."""
+        updates = updates_of(self.store)
+
+        async def answer(call: Call) -> str:
+            await updates.reply_update(self.lease, update_id, reply)
+            return "null"
+
+        await self.effect("durable.reply_update", json.dumps([update_id]), answer)
+
+    async def send(
+        self,
+        workflow_id: str,
+        topic: str,
+        payload: str,
+        idempotency_key: str | None,
+        store: Store | None = None,
+    ) -> None:
+        """Send ``payload`` to ``workflow_id``'s ``recv(topic)`` once per call site (its
+        idempotency key derived from the call unless given), on ``store`` (this one)."""
+
+        target = store or self.store
+
+        async def deliver(call: Call) -> str:
+            key = idempotency_key or derived_id(self.claimed.id, call.path)
+            await target.send(workflow_id, topic, payload, key)
+            await message_sent(target, workflow_id, topic)
+            return "null"
+
+        await self.effect("durable.send", json.dumps([workflow_id, topic]), deliver)
+
+    async def start(
+        self,
+        rows: Sequence[NewWorkflow],
+        chosen: Sequence[bool],
+        write: Callable[[list[NewWorkflow]], Awaitable[None]],
+        *,
+        children: bool,
+    ) -> list[str]:
+        """Start ``rows`` once per call site through ``write``; their ids. ``children``
+        (on this store) take ids derived from the call unless ``chosen[i]``, and this
+        workflow as their parent; others keep the ids they have, recorded."""
+        calls = json.dumps(
+            [[row.name, row.id if named else None] for row, named in zip(rows, chosen, strict=True)]
+        )
+        parent = self.claimed.id
+
+        async def start(call: Call) -> str:
+            made = [
+                dataclasses.replace(
+                    row,
+                    id=row.id if named else derived_id(parent, call.path, n),
+                    parent_id=parent,
+                )
+                if children
+                else row
+                for n, (row, named) in enumerate(zip(rows, chosen, strict=True))
+            ]
+            await write(made)
+            return json.dumps([row.id for row in made])
+
+        return list(json.loads(await self.effect("durable.start", calls, start)))
+
+    async def now(self) -> datetime:
+        """The time, recorded the first time this call runs (a replay returns the same)."""
+
+        async def read(call: Call) -> str:
+            return json.dumps(self.clock().isoformat())
+
+        return datetime.fromisoformat(json.loads(await self.effect("durable.now", "[]", read)))
+
+    async def random(self) -> float:
+        """A random float in [0, 1), recorded the first time this call runs."""
+
+        async def draw(call: Call) -> str:
+            return json.dumps(random.random())
+
+        return float(json.loads(await self.effect("durable.random", "[]", draw)))
+
+    async def patched(self, patch_id: str, name: str) -> bool:
+        """Whether this run takes the new branch of the change ``patch_id`` (its marker
+        step ``name``); see :mod:`durable_core.primitives.patching`."""
+        decided = self.patches.get(patch_id)
+        if decided is not None:
+            return decided
+        found = self.journal.peek()
+        if found is not None and not (
+            found.step_name == name and found.status is StepStatus.SUCCEEDED
+        ):
+            self.patches[patch_id] = False  # the old code ran here: the index is not used up
+            return False
+
+        async def mark(call: Call) -> str:
+            return "true"
+
+        await self.effect(name, json.dumps([patch_id]), mark)
+        self.patches[patch_id] = True
+        return True
+
+    def deprecate_patch(self, patch_id: str, name: str) -> None:
+        """Replay past the marker of ``patch_id`` if the history has one; record nothing."""
+        if self.patches.get(patch_id) is not None:
+            return
+        found = self.journal.peek()
+        if found is not None and found.step_name == name:
+            self._replayed(self.journal.call(name))
+        self.patches[patch_id] = True
+
+    # -- what the door does for each call -------------------------------------------------------
+
+    def _step_fields(self, call: Call) -> dict[str, Any]:
+        return {**self.fields, "step_index": call.index, "step_name": call.name}
+
+    def _replayed(self, call: Call) -> None:
+        observers().durable_step_succeeded(cached=True, **self._step_fields(call))
+
+    def _recorded(self, call: Call) -> None:
+        observers().durable_step_succeeded(cached=False, **self._step_fields(call))
+
+    async def _record(self, call: Call, input_json: str, output: str) -> None:
+        """Record a durable primitive's output as its call's (in one write)."""
+        await self.persist(
+            lambda: self.writes.record_step(
+                self.lease, call.index, call.name, input_json, output, path=call.stored_path
+            )
+        )
+        self._recorded(call)
+
+    async def _step_failed(self, call: Call, exc: Exception) -> None:
+        self.failed_step = (call.index, call.name)
+        error = dump_error(error_record(exc, step_index=call.index, step_name=call.name))
+        await self.persist(lambda: self.writes.fail_step(self.lease, call.index, error))
+        observers().durable_step_failed(error=exc, **self._step_fields(call))
+
+    async def _retry_wait(
+        self, call: Call, input_json: str, tries: int, deadline: datetime
+    ) -> None:
+        """Until a step's next try is due, as a durable wait (the step's row keeps the try
+        count and the deadline)."""
+        state = json.dumps({"deadline": deadline.isoformat(), "tries": tries})
+        wait = Wait(
+            WaitKind.RETRY,
+            call.name,
+            deadline,
+            call.index,
+            call.name,
+            input_json,
+            step_output=state,
+            step_path=call.stored_path,
+        )
+        while self.clock() < deadline:
+            await self.calls.block(call.path, wait)
+
+    async def _enter(self) -> None:
+        """A durable call begins; none may once the attempt has ended (or its body has: a
+        task the body left behind)."""
+        if self.ending is not None or self.calls.closed:
+            await stopped()
+        calls = self.calls
+        if calls.deciding:
+            await calls.enter()
+            if self.ending is not None:
+                calls.leave()
+                await stopped()
+        else:
+            calls.busy += 1
+
+    def _leave(self) -> None:
+        calls = self.calls
+        calls.busy -= 1
+        if calls.blocked and not calls.busy:
+            calls.leave_idle()
+
+    async def _committed(self) -> None:
+        """Return once every write this attempt made has committed."""
+        if self.group is not None:
+            await self.persist(lambda: cast(GroupCommit, self.group).committed(self.lease))
+
+    async def _suspend(self, waits: list[Wait]) -> bool:
+        """Leave the workflow waiting on ``waits`` and stop the body; ``False`` when one
+        of them is over already. The workflow's own deadline, when sooner, ends each."""
+        deadline = self.claimed.deadline
+        if deadline is not None:
+            waits = [
+                dataclasses.replace(wait, deadline=deadline)
+                if wait.deadline is None or deadline < wait.deadline
+                else wait
+                for wait in waits
+            ]
+        if not await self.persist(lambda: self.writes.suspend(self.lease, waits)):
+            return False
+        self.suspended = waits
+        self.end(Ending.SUSPENDED)
+        return True
+
+    # -- the lease and the end ------------------------------------------------------------------
+
+    def end(self, ending: Ending) -> None:
+        """The attempt ended as ``ending`` (the first ending decided stands): stop the body."""
+        if self.ending is None:
+            self.ending = ending
+        self.body_scope.cancel()
+
+    def cancel(self) -> None:
+        """Stop the body at once: the workflow was cancelled."""
+        self.end(Ending.CANCELLED)
+
+    async def persist(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run a store write, retrying while the database is unreachable and the lease lasts.
+
+        A refused write (the lease is gone) ends the attempt: in the body, the body is
+        stopped as anyio cancels it; elsewhere :class:`LeaseLostError` is raised."""
+        delay = 0.05
+        while True:
+            if self.ending is Ending.LEASE_LOST:
+                raise LeaseLostError(
+                    f"worker {self.lease.worker_id} lost the lease on workflow {self.claimed.id}"
+                )
+            try:
+                return await operation()
+            except StoreUnavailableError as exc:
+                if time.monotonic() + delay >= self.lease_deadline:
+                    raise
+                logger.warning(
+                    "store unavailable, retrying in %.2fs: %s", delay, exc, extra=self.fields
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, _MAX_STORE_BACKOFF)
+            except LeaseLostError:
+                self.end(Ending.LEASE_LOST)
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                raise
+
+    async def renew(self, keeper: Keeper) -> None:
+        """Renew the lease once; on its loss, end the attempt. Then schedule the next renewal."""
+        config = self.config
+        try:
+            await self.store.heartbeat(self.lease, config.lock_timeout_secs)
+        except LeaseLostError:
+            if keeper.keeps(self):
+                self.end(Ending.LEASE_LOST)
+            return
+        except StoreUnavailableError as exc:
+            logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
+        except Exception:
+            logger.exception("lease renewal failed, will retry", extra=self.fields)
+        else:
+            self.lease_deadline = time.monotonic() + config.lock_timeout_secs
+        self.renew_at = anyio.current_time() + config.heartbeat_interval
+
+    def past_deadline(self) -> bool:
+        """Whether the workflow's timeout has passed."""
+        left = self.seconds_left()
+        return left is not None and left <= 0
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the workflow's timeout, if it has one."""
+        deadline = self.claimed.deadline
+        return None if deadline is None else (deadline - self.clock()).total_seconds()
+
+
+async def _past_history() -> None:
+    """A replay check reached a call its history has not ended: this branch stops here."""
+    await anyio.sleep_forever()
+
+
+async def _never(call: Call) -> None:
+    """A wait that only its deadline ends (a sleep)."""
+    return None
