@@ -17,9 +17,8 @@ import dataclasses
 import enum
 import functools
 import json
-import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, cast
 
@@ -32,14 +31,14 @@ from ..definitions.retry import RetryPolicy
 from ..durations import utcnow
 from ..errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from ..redaction import get_logger
-from ..seams.plugins import message_sent, observers
-from ..seams.records import ClaimedWorkflow, NewWorkflow, StepStatus, Wait, WaitKind
+from ..seams.plugins import observers
+from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
-from ..seams.talk_roles import streams_of, updates_of
 from .config import WorkflowConfig
 from .context import enter_step, leave_step
+from .effects import Effects
 from .group_commit import GroupCommit
-from .journal import Call, Journal, derived_id
+from .journal import Call, Journal
 from .suspension import Suspension, stopped
 
 
@@ -99,8 +98,9 @@ def _parse_instant(text: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
-class Attempt:
-    """One attempt of one claimed workflow, from its claim to its settlement."""
+class Attempt(Effects):
+    """One attempt of one claimed workflow, from its claim to its settlement; its effects
+    beyond steps and waits are :class:`~durable_core.runtime.effects.Effects`."""
 
     def __init__(
         self,
@@ -384,187 +384,6 @@ class Attempt:
             over=over,
             timed_out=lambda deadline: "null",
         )
-
-    async def set_event(self, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for this workflow, once per call site."""
-
-        async def publish(call: Call) -> str:
-            await self.writes.set_event(self.lease, key, value)
-            return "null"
-
-        await self.effect("durable.set_event", json.dumps([key]), publish)
-
-    async def write_stream(self, key: str, value: str | None) -> int:
-        """Append ``value`` to this workflow's stream ``key`` (``None`` closes it), once per
-        call site: the value and the call's record are one transaction; its offset."""
-        streams = streams_of(self.store)
-        name = "durable.write_stream" if value is not None else "durable.close_stream"
-        input_json = json.dumps([key])
-
-        async def append(call: Call) -> str:
-            at = await streams.write_stream(
-                self.lease, key, value, call.index, name, input_json, path=call.stored_path
-            )
-            return str(at)
-
-        return int(await self.effect(name, input_json, append, records=True))
-
-    async def recv_update(
-        self, name: str, until: timedelta | None, validate: Callable[[str], str | None]
-    ) -> str:
-        """The next update ``name`` (``[update id, payload JSON]`` as JSON), taken in the
-        transaction that records this call, or ``"null"`` at the deadline. ``validate(payload)``
-        returns an error JSON to reject one (it never enters the history) or ``None``."""
-        updates = updates_of(self.store)
-        step_name, input_json = "durable.recv_update", json.dumps([name])
-
-        async def over(call: Call) -> str | None:
-            workflow_id = self.claimed.id
-            while True:
-                found = await self.persist(lambda: updates.next_update(workflow_id, name))
-                if found is None:
-                    return None
-                update_id = found.update_id
-                refused = validate(found.payload)
-                if refused is not None:
-                    reject = functools.partial(
-                        updates.reject_update, self.lease, update_id, refused
-                    )
-                    await self.persist(reject)
-                    continue
-                output = json.dumps([update_id, found.payload])
-                take = functools.partial(
-                    updates.take_update,
-                    self.lease,
-                    update_id,
-                    call.index,
-                    step_name,
-                    input_json,
-                    output,
-                    path=call.stored_path,
-                )
-                taken = await self.persist(take)
-                if taken:
-                    self._recorded(call)
-                    return output
-
-        return await self.wait(
-            step_name,
-            input_json,
-            kind=WaitKind.UPDATE,
-            key=name,
-            until=until,
-            over=over,
-            timed_out=lambda deadline: "null",
-        )
-
-    async def reply_update(self, update_id: str, reply: str) -> None:
-        """Reply ``reply`` to the update ``update_id`` this workflow took, once per call site."""
-        updates = updates_of(self.store)
-
-        async def answer(call: Call) -> str:
-            await updates.reply_update(self.lease, update_id, reply)
-            return "null"
-
-        await self.effect("durable.reply_update", json.dumps([update_id]), answer)
-
-    async def send(
-        self,
-        workflow_id: str,
-        topic: str,
-        payload: str,
-        idempotency_key: str | None,
-        store: Store | None = None,
-    ) -> None:
-        """Send ``payload`` to ``workflow_id``'s ``recv(topic)`` once per call site (its
-        idempotency key derived from the call unless given), on ``store`` (this one)."""
-
-        target = store or self.store
-
-        async def deliver(call: Call) -> str:
-            key = idempotency_key or derived_id(self.claimed.id, call.path)
-            await target.send(workflow_id, topic, payload, key)
-            await message_sent(target, workflow_id, topic)
-            return "null"
-
-        await self.effect("durable.send", json.dumps([workflow_id, topic]), deliver)
-
-    async def start(
-        self,
-        rows: Sequence[NewWorkflow],
-        chosen: Sequence[bool],
-        write: Callable[[list[NewWorkflow]], Awaitable[None]],
-        *,
-        children: bool,
-    ) -> list[str]:
-        """Start ``rows`` once per call site through ``write``; their ids. ``children``
-        (on this store) take ids derived from the call unless ``chosen[i]``, and this
-        workflow as their parent; others keep the ids they have, recorded."""
-        calls = json.dumps(
-            [[row.name, row.id if named else None] for row, named in zip(rows, chosen, strict=True)]
-        )
-        parent = self.claimed.id
-
-        async def start(call: Call) -> str:
-            made = [
-                dataclasses.replace(
-                    row,
-                    id=row.id if named else derived_id(parent, call.path, n),
-                    parent_id=parent,
-                )
-                if children
-                else row
-                for n, (row, named) in enumerate(zip(rows, chosen, strict=True))
-            ]
-            await write(made)
-            return json.dumps([row.id for row in made])
-
-        return list(json.loads(await self.effect("durable.start", calls, start)))
-
-    async def now(self) -> datetime:
-        """The time, recorded the first time this call runs (a replay returns the same)."""
-
-        async def read(call: Call) -> str:
-            return json.dumps(self.clock().isoformat())
-
-        return datetime.fromisoformat(json.loads(await self.effect("durable.now", "[]", read)))
-
-    async def random(self) -> float:
-        """A random float in [0, 1), recorded the first time this call runs."""
-
-        async def draw(call: Call) -> str:
-            return json.dumps(random.random())
-
-        return float(json.loads(await self.effect("durable.random", "[]", draw)))
-
-    async def patched(self, patch_id: str, name: str) -> bool:
-        """Whether this run takes the new branch of the change ``patch_id`` (its marker
-        step ``name``); see :mod:`durable_core.primitives.patching`."""
-        decided = self.patches.get(patch_id)
-        if decided is not None:
-            return decided
-        found = self.journal.peek()
-        if found is not None and not (
-            found.step_name == name and found.status is StepStatus.SUCCEEDED
-        ):
-            self.patches[patch_id] = False  # the old code ran here: the index is not used up
-            return False
-
-        async def mark(call: Call) -> str:
-            return "true"
-
-        await self.effect(name, json.dumps([patch_id]), mark)
-        self.patches[patch_id] = True
-        return True
-
-    def deprecate_patch(self, patch_id: str, name: str) -> None:
-        """Replay past the marker of ``patch_id`` if the history has one; record nothing."""
-        if self.patches.get(patch_id) is not None:
-            return
-        found = self.journal.peek()
-        if found is not None and found.step_name == name:
-            self._replayed(self.journal.call(name))
-        self.patches[patch_id] = True
 
     # -- what the door does for each call -------------------------------------------------------
 
