@@ -19,7 +19,11 @@ async def test_a_workflow_in_flight_completes_after_its_step_value_class_is_rena
 ) -> None:
     client = DurableClient(pg)
     v1_worker = workers.start(
-        app="tests.worker.rename_v1", WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1
+        "--bootstrap",
+        "tests.worker.app:bootstrap",
+        app="tests.worker.rename_v1",
+        WORKFLOW_LOCK_TIMEOUT_SECS=2,
+        WORKFLOW_CONCURRENCY=1,
     )
     handle = await client.start_workflow(rename_v1.checkout, "A-7", 1250)
 
@@ -43,7 +47,11 @@ async def test_a_workflow_in_flight_completes_after_its_step_value_class_is_rena
     assert old_name in cached["rename.label"][0], "so does the recorded input of the next step"
 
     v2_worker = workers.start(
-        app="tests.worker.rename_v2", WORKFLOW_LOCK_TIMEOUT_SECS=2, WORKFLOW_CONCURRENCY=1
+        "--bootstrap",
+        "tests.worker.app:bootstrap",
+        app="tests.worker.rename_v2",
+        WORKFLOW_LOCK_TIMEOUT_SECS=2,
+        WORKFLOW_CONCURRENCY=1,
     )
     status = await handle.wait_with_timeout(60)
     assert status is WorkflowStatus.SUCCEEDED, workers.log(v2_worker)
