@@ -76,7 +76,7 @@ async def v7_rows(url: str) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
-async def test_a_version_6_database_is_upgraded_in_place(
+async def test_a_version_7_database_is_upgraded_in_place(
     backend: str,
     tmp_path: Path,
     postgres_url: str,
