@@ -16,7 +16,7 @@ import sys
 import warnings
 from types import ModuleType
 
-MOVED: dict[str, str] = {
+MOVED: dict[str, str] = {  # the modules of the last flat release
     "durable_core.attempt": "durable_core.runtime.attempt",
     "durable_core.backends": "durable_core.caller.backends",
     "durable_core.client": "durable_core.caller.client",
@@ -28,7 +28,6 @@ MOVED: dict[str, str] = {
     "durable_core.group_commit": "durable_core.runtime.group_commit",
     "durable_core.handle": "durable_core.caller.handle",
     "durable_core.hooks": "durable_core.seams.plugins",
-    "durable_core.hookspecs": "durable_core.seams.hookspecs",
     "durable_core.journal": "durable_core.runtime.journal",
     "durable_core.leases": "durable_core.runtime.leases",
     "durable_core.metrics": "durable_core.observers.metrics",
@@ -37,7 +36,6 @@ MOVED: dict[str, str] = {
     "durable_core.operators": "durable_core.seams.operators",
     "durable_core.otel": "durable_core.observers.otel",
     "durable_core.patching": "durable_core.primitives.patching",
-    "durable_core.plugins": "durable_core.seams.plugins",
     "durable_core.queues": "durable_core.definitions.queues",
     "durable_core.records": "durable_core.seams.records",
     "durable_core.registry": "durable_core.definitions.registry",
@@ -52,12 +50,8 @@ MOVED: dict[str, str] = {
     "durable_core.settling": "durable_core.runtime.settling",
     "durable_core.steps": "durable_core.primitives.steps",
     "durable_core.store": "durable_core.seams.store",
-    "durable_core.streams": "durable_core.primitives.streams",
     "durable_core.suspension": "durable_core.runtime.suspension",
     "durable_core.sync": "durable_core.caller.sync",
-    "durable_core.sync_oncall": "durable_core.caller.sync_oncall",
-    "durable_core.talk_roles": "durable_core.seams.talk_roles",
-    "durable_core.updates": "durable_core.primitives.updates",
     "durable_core.waiting": "durable_core.primitives.waiting",
     "durable_core.worker": "durable_core.runtime.worker",
     "durable_core.worker_process": "durable_core.runtime.worker_process",
