@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -171,19 +171,26 @@ V3_TABLES = ("workflows", "workflow_steps", "workflow_messages", "workflow_event
 V3 = build_metadata(3)
 
 
-async def v3_rows(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row of the version-3 tables ``V3_TABLES`` (their version-3 columns), in key order."""
+async def rows_at(
+    url: str, metadata: sa.MetaData, tables: Sequence[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every row of ``tables`` as ``metadata`` (a past version's) has them, in key order."""
     engine = create_async_engine(url)
     try:
         async with engine.connect() as conn:
             result = {}
-            for name in V3_TABLES:
-                table = V3.tables[name]
+            for name in tables:
+                table = metadata.tables[name]
                 rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
                 result[name] = [dict(row._mapping) for row in rows]
             return result
     finally:
         await engine.dispose()
+
+
+async def v3_rows(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the version-3 tables (their version-3 columns), in key order."""
+    return await rows_at(url, V3, V3_TABLES)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -275,18 +282,8 @@ V4 = build_metadata(4)
 
 
 async def v4_rows(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row of the version-4 tables ``V4_TABLES`` (their version-4 columns), in key order."""
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = {}
-            for name in V4_TABLES:
-                table = V4.tables[name]
-                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
-                result[name] = [dict(row._mapping) for row in rows]
-            return result
-    finally:
-        await engine.dispose()
+    """Every row of the version-4 tables (their version-4 columns), in key order."""
+    return await rows_at(url, V4, V4_TABLES)
 
 
 async def _database_at(backend: str, name: str, tmp_path: Path) -> tuple[str, str]:
@@ -410,18 +407,8 @@ V5 = build_metadata(5)
 
 
 async def v5_rows(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row of the version-5 tables ``V5_TABLES`` (their version-5 columns), in key order."""
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = {}
-            for name in V5_TABLES:
-                table = V5.tables[name]
-                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
-                result[name] = [dict(row._mapping) for row in rows]
-            return result
-    finally:
-        await engine.dispose()
+    """Every row of the version-5 tables (their version-5 columns), in key order."""
+    return await rows_at(url, V5, V5_TABLES)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])

@@ -33,6 +33,7 @@ from tests.test_schema_upgrade import (
     _database_at,
     migrate,
     retried_across_upgrade,
+    rows_at,
     upgraded_flow,
     waits_for_go,
 )
@@ -56,17 +57,7 @@ async def long_parent(n: int) -> int:
 
 async def v6_rows(url: str) -> dict[str, list[dict[str, Any]]]:
     """Every row of the version-6 tables (their version-6 columns), in key order."""
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = {}
-            for name in V6_TABLES:
-                table = V6.tables[name]
-                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
-                result[name] = [dict(row._mapping) for row in rows]
-            return result
-    finally:
-        await engine.dispose()
+    return await rows_at(url, V6, V6_TABLES)
 
 
 def _keys_and_indexes(conn: sa.Connection) -> dict[str, tuple[set[Any], set[str]]]:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
@@ -25,7 +24,7 @@ from durable_core.sql import migrations
 from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
-from tests.test_schema_upgrade import _database_at, add_one, migrate, upgraded_flow
+from tests.test_schema_upgrade import _database_at, add_one, migrate, rows_at, upgraded_flow
 
 pytestmark = pytest.mark.anyio
 
@@ -62,17 +61,7 @@ async def answers_after_upgrade() -> int:
 
 async def v7_rows(url: str) -> dict[str, list[dict[str, Any]]]:
     """Every row of the version-7 tables (their version-7 columns), in key order."""
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = {}
-            for name in V7_TABLES:
-                table = V7.tables[name]
-                rows = await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
-                result[name] = [dict(row._mapping) for row in rows]
-            return result
-    finally:
-        await engine.dispose()
+    return await rows_at(url, V7, V7_TABLES)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])

@@ -8,6 +8,7 @@ writes what that end needs through the attempt and reports it.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from ..codec.failures import dump_error, error_record
 from ..errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
@@ -54,9 +55,10 @@ async def succeed(attempt: Attempt, output: str) -> WorkflowStatus:
     """Settle as succeeded with this output JSON."""
     row = attempt.claimed
     await _settle(attempt, WorkflowStatus.SUCCEEDED, output=output)
-    logger.debug(
-        "workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"}
-    )
+    if logger.isEnabledFor(logging.DEBUG):  # each success's line costs nothing at INFO
+        logger.debug(
+            "workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"}
+        )
     observers().durable_workflow_succeeded(output=output, **attempt.fields)
     return WorkflowStatus.SUCCEEDED
 
@@ -138,14 +140,14 @@ async def _settle(
 def waiting(attempt: Attempt) -> WorkflowStatus:
     """The attempt ended suspended: the row waits, holding no lease and no slot."""
     waits = attempt.suspended
-    described = ", ".join(wait.waiting_for for wait in waits)
     wake_at = min((wait.deadline for wait in waits if wait.deadline), default=None)
-    logger.debug(
-        "workflow %s waiting for %s",
-        attempt.claimed.name,
-        described,
-        extra={**attempt.fields, "outcome": "waiting"},
-    )
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "workflow %s waiting for %s",
+            attempt.claimed.name,
+            ", ".join(wait.waiting_for for wait in waits),
+            extra={**attempt.fields, "outcome": "waiting"},
+        )
     observers().durable_workflow_waiting(
         waiting_for=waits[0].waiting_for if len(waits) == 1 else f"any:{len(waits)}",
         wake_at=wake_at,

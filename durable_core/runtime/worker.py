@@ -80,6 +80,7 @@ class WorkflowWorker:
         self._slot_free = anyio.Event()
         self._claimed_total = 0
         self._ended: Counter[str] = Counter()
+        self._counting_since = time.monotonic()
         """How the attempts since the last summary ended (a status, or ``lost``)."""
         self._abandoned = False
         self._fatal: FrameworkError | None = None
@@ -242,12 +243,13 @@ class WorkflowWorker:
 
     def _log_summary(self) -> None:
         ended, self._ended = self._ended, Counter()
+        since, self._counting_since = self._counting_since, time.monotonic()
         if ended:
             logger.info(
                 "worker %s: %d attempts ended in %ds (%s); %d in flight",
                 self.worker_id,
                 ended.total(),
-                SUMMARY_SECONDS,
+                round(self._counting_since - since),
                 ", ".join(f"{count} {how}" for how, count in sorted(ended.items())),
                 self._in_flight,
                 extra={"worker_id": self.worker_id, "ended": dict(ended)},
