@@ -38,7 +38,7 @@ from .codec import Codec, allow_modules, durable_type, register_codec, register_
 from .definitions.queues import Queue, RateLimit
 from .definitions.registry import Registry, Workflow, default_registry, workflow
 from .definitions.retry import RetryPolicy
-from .definitions.schedules import Schedule, ScheduleRecord
+from .definitions.schedules import Overlap, Schedule, ScheduleRecord
 from .durations import MAX_DURATION
 from .errors import (
     BlockingCallInEventLoopError,
@@ -125,6 +125,7 @@ __all__ = [
     "LeaseLostError",
     "NonRetryableError",
     "NotAWorkflowError",
+    "Overlap",
     "Registry",
     "RegistrationError",
     "RetryPolicy",

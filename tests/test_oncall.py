@@ -266,6 +266,7 @@ async def test_a_schedule_is_triggered_now(store: Store) -> None:
     await client.pause_schedule("hourly-pay")
     before = await client.get_schedule("hourly-pay")
     handle = await client.trigger_schedule("hourly-pay")
+    assert handle is not None
     record = await client.get(handle.id)
     assert (record.name, record.status, record.queue) == (
         pay.name,
@@ -282,7 +283,9 @@ async def test_a_schedule_is_triggered_now(store: Store) -> None:
     assert await store.add_schedule(replace(before, name="elsewhere", workflow_name="x.nightly"))
     assert isinstance(store, WorkerRegistry)
     await store.beat_worker(_worker("w-night", queues=("night",), names=("x.nightly",)), 60)
-    other = await client.get((await client.trigger_schedule("elsewhere")).id)
+    elsewhere = await client.trigger_schedule("elsewhere")
+    assert elsewhere is not None
+    other = await client.get(elsewhere.id)
     assert (other.name, other.queue) == ("x.nightly", "night")
 
 

@@ -1,4 +1,5 @@
-"""Adding, listing, pausing, resuming and deleting schedules, from code.
+"""Adding, listing, pausing, resuming, triggering, backfilling and deleting schedules,
+from code.
 
 :class:`ScheduleMethods` gives :class:`~durable_core.caller.client.DurableClient` its
 schedule methods.
@@ -8,22 +9,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from ..definitions.queues import DEFAULT_QUEUE
 from ..definitions.registry import as_workflow, default_registry
-from ..definitions.schedules import Schedule, ScheduleRecord
+from ..definitions.schedules import (
+    Overlap,
+    Schedule,
+    ScheduleRecord,
+    admit,
+    backfill_ticks,
+    check_overlap,
+)
 from ..durations import utcnow
-from ..errors import ScheduleConflictError, ScheduleNotFoundError
+from ..errors import ConfigurationError, ScheduleConflictError, ScheduleNotFoundError
 from ..redaction import get_logger
 from ..runtime.config import default_max_attempts
 from ..runtime.context import body_effect
-from ..runtime.scheduler import schedule_record, tick_workflow
+from ..runtime.scheduler import latest_running, schedule_record, tick_workflow
+from ..seams.plugins import observers
 from ..seams.records import NewWorkflow
-from ..seams.store import Store, WorkerRegistry
+from ..seams.store import ScheduleOverlaps, Store, WorkerRegistry
 from .handle import WorkflowHandle
 
 logger = get_logger("durable_core.scheduler")
+
+BACKFILL_BATCH = 200
+"""How many of a backfill's workflows are enqueued in one transaction."""
+_RETRIES = 20
+"""How often a trigger or a backfill reads its schedule again when a tick or another
+caller changed it between its read and its write."""
 
 
 class ScheduleMethods:
@@ -45,6 +61,11 @@ class ScheduleMethods:
         one under ``name`` raises :class:`~durable_core.errors.ScheduleConflictError`."""
         spec = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
         row = schedule_record(name, as_workflow(fn), spec)
+        if spec.overlap is not Overlap.ALLOW_ALL and not isinstance(self.store, ScheduleOverlaps):
+            raise ConfigurationError(
+                f"{type(self.store).__name__} keeps no schedule's latest run: overlap "
+                f"{spec.overlap.value} needs a store built on durable_core.sql.SQLStore"
+            )
 
         async def add() -> str:
             return json.dumps(await self.store.add_schedule(row))
@@ -97,13 +118,15 @@ class ScheduleMethods:
         if not json.loads(await body_effect("durable.schedule.resume", [name], resume)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
 
-    async def trigger_schedule(self, name: str) -> WorkflowHandle[Any]:
+    async def trigger_schedule(self, name: str) -> WorkflowHandle[Any] | None:
         """Start the workflow of schedule ``name`` now, as a tick would (paused or not; its
-        next tick stays as it is). It takes its definition's options when this process
-        registered the workflow; else the queue a live worker serves it from (the first by
-        name), the schedule's own queue winning either way."""
-        found = await self.get_schedule(name)
+        next tick stays as it is), following its overlap policy: while its latest run has
+        not finished, ``SKIP`` starts nothing and ``BUFFER_ONE`` keeps this tick to start
+        when that run ends (both return ``None``). It takes its definition's options
+        when this process registered the workflow; else the queue a live worker serves
+        it from (the first by name), the schedule's own queue winning either way."""
         queue = DEFAULT_QUEUE
+        found = await self.get_schedule(name)
         if isinstance(self.store, WorkerRegistry):
             served = sorted(
                 q
@@ -112,12 +135,114 @@ class ScheduleMethods:
                 for q in worker.queues
             )
             queue = served[0] if served else queue
+        tick = utcnow()
         row = tick_workflow(
-            found, utcnow(), default_registry, max_attempts=default_max_attempts(), queue=queue
+            found, tick, default_registry, max_attempts=default_max_attempts(), queue=queue
         )
-        await self._write([row])
+        if not isinstance(self.store, ScheduleOverlaps):
+            await self._write([row])
+            logger.info("schedule %s: triggered workflow %s (%s)", name, row.id, row.name)
+            return WorkflowHandle(self.store, row.id, row.name)
+        started = await self._start_ticks(name, [tick], found.overlap, lambda _: row)
+        if not started:
+            logger.info("schedule %s: trigger %s (overlap %s)", name, tick, found.overlap.value)
+            return None
         logger.info("schedule %s: triggered workflow %s (%s)", name, row.id, row.name)
         return WorkflowHandle(self.store, row.id, row.name)
+
+    async def backfill_schedule(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        overlap: Overlap | str = Overlap.ALLOW_ALL,
+    ) -> list[str]:
+        """Start the workflows of the ticks schedule ``name`` had from ``start`` (included)
+        to ``end`` (excluded), a window that has passed, oldest first, paused or not;
+        returns the ids this call started. Each tick's workflow has the id the scheduler
+        gives that tick, so a backfill run again (or of a tick that fired) starts nothing
+        twice. ``overlap`` applies as to ticks due together: ``ALLOW_ALL`` (the default)
+        starts one per tick; ``SKIP`` the first only (none while the schedule's latest run
+        has not finished); ``BUFFER_ONE`` the first and keeps the second. At most
+        :data:`~durable_core.definitions.schedules.MAX_BACKFILL` ticks."""
+        policy = check_overlap(overlap)
+        found = await self.get_schedule(name)
+        ticks = backfill_ticks(found.timing, start, end, now=utcnow())
+        limit = default_max_attempts()
+
+        def row(tick: datetime) -> NewWorkflow:
+            return tick_workflow(found, tick, default_registry, max_attempts=limit)
+
+        if policy is not Overlap.ALLOW_ALL:
+            if not isinstance(self.store, ScheduleOverlaps):
+                raise ConfigurationError(
+                    f"{type(self.store).__name__} keeps no schedule's latest run: a backfill "
+                    f"with overlap {policy.value} needs a store built on durable_core.sql.SQLStore"
+                )
+            return await self._start_ticks(name, ticks, policy, row)
+        started: list[str] = []
+        for at in range(0, len(ticks), BACKFILL_BATCH):
+            started += await self._enqueued([row(tick) for tick in ticks[at : at + BACKFILL_BATCH]])
+        logger.info(
+            "schedule %s: backfill of %d tick(s) from %s to %s started %d workflow(s)",
+            name,
+            len(ticks),
+            start.isoformat(),
+            end.isoformat(),
+            len(started),
+        )
+        return started
+
+    async def _start_ticks(
+        self,
+        name: str,
+        ticks: list[datetime],
+        overlap: Overlap,
+        row: Callable[[datetime], NewWorkflow],
+    ) -> list[str]:
+        """Start ``ticks`` of schedule ``name`` as ``overlap`` lets them, on the latest run
+        read (read again when it changed meanwhile); the ids started."""
+        store = self.store
+        assert isinstance(store, ScheduleOverlaps)
+        for _ in range(_RETRIES):
+            found = await self.get_schedule(name)
+            admitted = admit(
+                overlap,
+                ticks,
+                running=await latest_running(self.store, found),
+                buffered=found.buffered_tick is not None,
+            )
+            rows = [row(tick) for tick in admitted.start]
+            if await store.fire_schedule_overlap(
+                name,
+                expected=found.next_tick,
+                next_tick=found.next_tick,
+                paused=found.paused,
+                latest=found.latest_id,
+                fired=None,
+                workflows=rows,
+                buffer=admitted.buffer,
+            ):
+                for new in rows:
+                    self._enqueued_event(new)
+                return [new.id for new in rows]
+        raise ScheduleConflictError(
+            f"schedule {name!r} changed {_RETRIES} times while starting its ticks: try again"
+        )
+
+    async def _enqueued(self, rows: list[NewWorkflow]) -> list[str]:
+        written = set(await self.store.enqueue(rows))
+        for row in rows:
+            if row.id in written:
+                self._enqueued_event(row)
+        return [row.id for row in rows if row.id in written]
+
+    @staticmethod
+    def _enqueued_event(row: NewWorkflow) -> None:
+        observers().durable_workflow_enqueued(
+            workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
+        )
 
     async def delete_schedule(self, name: str) -> None:
         """Delete the schedule ``name``; the workflows it started are left as they are."""

@@ -508,7 +508,8 @@ class SyncClient(SyncOnCallMethods):
         """Delete the schedule ``name`` (not the workflows it started)."""
         self.call(self.client.delete_schedule, name)
 
-    def trigger_schedule(self, name: str) -> SyncHandle[Any]:
-        """Start the workflow of schedule ``name`` now (see
+    def trigger_schedule(self, name: str) -> SyncHandle[Any] | None:
+        """Start the workflow of schedule ``name`` now, as its overlap policy lets it (see
         :meth:`DurableClient.trigger_schedule`)."""
-        return self._wrap(self.call(self.client.trigger_schedule, name))
+        handle = self.call(self.client.trigger_schedule, name)
+        return None if handle is None else self._wrap(handle)

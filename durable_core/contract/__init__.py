@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .claimer_contract import ClaimerContract, NoClaimerContract
+    from .schedule_overlap_contract import ScheduleOverlapContract
     from .store_contract import StoreContract
     from .support import Tamper, default_tamper, engine_tamper
     from .talk_contract import StreamsContract, UpdatesContract
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "ClaimerContract": "claimer_contract",
     "NoClaimerContract": "claimer_contract",
+    "ScheduleOverlapContract": "schedule_overlap_contract",
     "StoreContract": "store_contract",
     "StreamsContract": "talk_contract",
     "UpdatesContract": "talk_contract",
@@ -62,6 +64,7 @@ _WHERE = {
 __all__ = [
     "ClaimerContract",
     "NoClaimerContract",
+    "ScheduleOverlapContract",
     "StoreContract",
     "StreamsContract",
     "Tamper",

@@ -177,6 +177,9 @@ class OnCallPages:
             await self.client.resume_schedule(name)
         elif action == "trigger":
             handle = await self.client.trigger_schedule(name)
+            if handle is None:  # its overlap policy skipped or buffered the start
+                url = request.url_for("schedules")
+                return RedirectResponse(f"{url}?notice=trigger-held", status_code=303)
             url = request.url_for("workflow", workflow_id=handle.id)
             return RedirectResponse(f"{url}?notice=triggered", status_code=303)
         else:

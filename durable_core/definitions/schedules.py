@@ -11,6 +11,7 @@ second first, or ``@hourly``-style nicknames.
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ MAX_SCHEDULE_NAME = 255
 SCHEDULE_HEADER = "durable-schedule"
 TICK_HEADER = "durable-schedule-tick"
 """The headers of a workflow a schedule started: the schedule's name, the tick (ISO 8601)."""
+
+MAX_BACKFILL = 1000
+"""The most ticks one backfill starts (a longer window raises: backfill it in parts)."""
 
 SCHEDULED_AT = "scheduled_at"
 """A scheduled workflow declaring a parameter of this name receives its tick there."""
@@ -100,6 +104,52 @@ class Cron:
         return next(self.after(moment))
 
 
+class Overlap(enum.StrEnum):
+    """What a tick does while the run the schedule started last has not finished (the
+    overlap policies of Temporal's Schedules)."""
+
+    SKIP = "skip"
+    """Start nothing: the tick is dropped."""
+    BUFFER_ONE = "buffer_one"
+    """Keep the tick (one at most; later ones are dropped) and start it once the latest
+    run finishes."""
+    ALLOW_ALL = "allow_all"
+    """Start it anyway: runs overlap (the default)."""
+
+
+def check_overlap(overlap: object) -> Overlap:
+    """``overlap`` as an :class:`Overlap` (its value, ``"skip"``, is taken too)."""
+    if isinstance(overlap, str) and overlap in Overlap._value2member_map_:
+        return Overlap(overlap)
+    choices = ", ".join(o.value for o in Overlap)
+    raise ConfigurationError(f"overlap is one of {choices}; got {overlap!r}")
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """Which of the ticks due together start, under an overlap policy."""
+
+    start: list[datetime]
+    buffer: datetime | None
+    """The tick kept to start when the latest run finishes."""
+    dropped: list[datetime]
+
+
+def admit(
+    overlap: Overlap, ticks: Sequence[datetime], *, running: bool, buffered: bool
+) -> Admitted:
+    """Of ``ticks`` (due at once, oldest first): those ``overlap`` starts now, the one it
+    buffers and those it drops, while the latest run is ``running`` and a tick is
+    ``buffered`` already. Ticks due together overlap each other: under ``SKIP`` and
+    ``BUFFER_ONE`` the first starts (unless the latest run is running) and the rest wait."""
+    if overlap is Overlap.ALLOW_ALL:
+        return Admitted(list(ticks), None, [])
+    start = [] if running else list(ticks[:1])
+    rest = list(ticks[len(start) :])
+    buffer = rest.pop(0) if overlap is Overlap.BUFFER_ONE and rest and not buffered else None
+    return Admitted(start, buffer, rest)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A schedule as declared: ``@workflow(schedule=Schedule("0 9 * * *", ...))``, or
@@ -107,7 +157,8 @@ class Schedule:
 
     ``catch_up`` is how many ticks missed while no worker ran still start once one
     does, oldest first (``0``, the default: they are skipped). ``args`` and ``kwargs``
-    are the workflow's arguments on every tick.
+    are the workflow's arguments on every tick. ``overlap`` is what a tick does while
+    the run the schedule started last has not finished (:class:`Overlap`).
     """
 
     cron: str
@@ -117,9 +168,11 @@ class Schedule:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     queue: str | None = None
     """The queue its workflows are started in (default: the workflow's own)."""
+    overlap: Overlap = Overlap.ALLOW_ALL
 
     def __post_init__(self) -> None:
         Cron(self.cron, self.timezone)
+        object.__setattr__(self, "overlap", check_overlap(self.overlap))
         if self.queue is not None:
             check_queue_name(self.queue)
         if not isinstance(self.catch_up, int) or self.catch_up < 0:
@@ -146,6 +199,11 @@ class ScheduleRecord:
     last_tick: datetime | None
     created_at: datetime
     updated_at: datetime
+    overlap: Overlap = Overlap.ALLOW_ALL
+    latest_id: str | None = None
+    """The workflow the schedule started last (a tick, a trigger or a buffered tick)."""
+    buffered_tick: datetime | None = None
+    """The tick kept under ``BUFFER_ONE``, to start once the latest run finishes."""
 
     @property
     def timing(self) -> Cron:
@@ -169,6 +227,7 @@ def _definition(record: ScheduleRecord) -> tuple[object, ...]:
         record.input,
         record.queue,
         record.catch_up,
+        record.overlap,
     )
 
 
@@ -179,6 +238,34 @@ def check_name(name: str) -> str:
             f"a schedule name is a string of 1 to {MAX_SCHEDULE_NAME} characters, got {name!r}"
         )
     return name
+
+
+def backfill_ticks(cron: Cron, start: datetime, end: datetime, *, now: datetime) -> list[datetime]:
+    """The ticks of ``cron`` from ``start`` (included) to ``end`` (excluded), oldest first:
+    at most :data:`MAX_BACKFILL`, in a window that has passed (``end`` at or before ``now``)."""
+    for moment, what in ((start, "start"), (end, "end")):
+        if not isinstance(moment, datetime) or moment.tzinfo is None:
+            raise ConfigurationError(f"a backfill's {what} is an aware datetime, got {moment!r}")
+    if start >= end:
+        raise ConfigurationError(f"a backfill window starts before it ends: {start} to {end}")
+    if end > now:
+        raise ConfigurationError(
+            f"a backfill window has passed: it ends at {end}, after now ({now}); the "
+            "scheduler starts the ticks to come"
+        )
+    ticks: list[datetime] = []
+    for tick in cron.after(start - timedelta(seconds=1)):
+        if tick >= end:
+            return ticks
+        if tick < start:
+            continue
+        if len(ticks) == MAX_BACKFILL:
+            raise ConfigurationError(
+                f"the window {start} to {end} holds more than {MAX_BACKFILL} ticks of "
+                f"{cron.expression!r}: backfill it in shorter windows"
+            )
+        ticks.append(tick)
+    raise AssertionError("unreachable: a cron expression ticks forever")
 
 
 def tick_workflow_id(schedule_name: str, tick: datetime) -> str:

@@ -28,8 +28,10 @@ from ..definitions.schedules import (
     SCHEDULE_HEADER,
     TICK_HEADER,
     Cron,
+    Overlap,
     Schedule,
     ScheduleRecord,
+    admit,
     check_name,
     plan,
     tick_workflow_id,
@@ -39,7 +41,7 @@ from ..errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from ..redaction import get_logger
 from ..seams.plugins import observers, workflow_headers
 from ..seams.records import NewWorkflow
-from ..seams.store import ScheduleFeed, Store
+from ..seams.store import ScheduleFeed, ScheduleOverlaps, Store
 from .config import WorkflowConfig
 
 logger = get_logger("durable_core.scheduler")
@@ -71,6 +73,9 @@ class Scheduler:
         self.fired = 0
         """How many ticks this scheduler has started a workflow for."""
         self._changed: anyio.Event | None = None
+        self._buffering = False
+        """Whether a buffered tick waits for a run to end (then the poll interval bounds
+        each sleep: a run's end is not announced)."""
         # Registered now, before the worker's first claim opens the LISTEN connection.
         self._announced = isinstance(store, ScheduleFeed) and store.on_schedule_change(
             self._on_change
@@ -101,7 +106,8 @@ class Scheduler:
         """How long to sleep: until the soonest tick; at most the poll interval on a store
         that does not announce schedule changes."""
         soonest = await self.store.next_schedule_tick()
-        longest = _RECHECK if self._announced else self.config.poll_interval
+        polled = not self._announced or self._buffering
+        longest = self.config.poll_interval if polled else _RECHECK
         if soonest is None:
             return longest
         return max(_MIN_WAIT, min(longest, (soonest - self.clock()).total_seconds()))
@@ -112,22 +118,78 @@ class Scheduler:
         started = 0
         for schedule in await self.store.due_schedules(now):
             started += await self.fire(schedule, now)
+        return started + await self.release_buffered()
+
+    async def release_buffered(self) -> int:
+        """Start the buffered tick of every schedule whose latest run has ended; how many
+        this call started."""
+        if not isinstance(self.store, ScheduleOverlaps):
+            return 0
+        started, waiting = 0, False
+        for schedule, status in await self.store.buffered_schedules():
+            tick = schedule.buffered_tick
+            assert tick is not None
+            if status is not None and not status.is_terminal:
+                waiting = True
+                continue
+            row = self._workflow(schedule, tick)
+            if await self.store.release_buffered_tick(
+                schedule.name, tick=tick, latest=schedule.latest_id, workflow=row
+            ):
+                started += 1
+                self._started(schedule, tick, row, "buffered tick")
+            else:
+                waiting = True  # changed meanwhile: look again
+        self._buffering = waiting
+        self.fired += started
         return started
 
     async def fire(self, schedule: ScheduleRecord, now: datetime) -> int:
         """Start the workflows of ``schedule``'s ticks due at ``now``, unless another worker
         has; how many this call started."""
         ticks = plan(schedule, now)
-        rows = [self._workflow(schedule, tick) for tick in ticks.start]
-        fired = await self.store.fire_schedule(
-            schedule.name,
-            expected=schedule.next_tick,
-            next_tick=ticks.next_tick,
-            fired=ticks.start[-1] if ticks.start else None,
-            workflows=rows,
-        )
+        starting, buffer = ticks.start, None
+        if schedule.overlap is Overlap.ALLOW_ALL or not isinstance(self.store, ScheduleOverlaps):
+            rows = [self._workflow(schedule, tick) for tick in starting]
+            fired = await self.store.fire_schedule(
+                schedule.name,
+                expected=schedule.next_tick,
+                next_tick=ticks.next_tick,
+                fired=starting[-1] if starting else None,
+                workflows=rows,
+            )
+        else:
+            admitted = admit(
+                schedule.overlap,
+                ticks.start,
+                running=await latest_running(self.store, schedule),
+                buffered=schedule.buffered_tick is not None,
+            )
+            starting, buffer = admitted.start, admitted.buffer
+            rows = [self._workflow(schedule, tick) for tick in starting]
+            fired = await self.store.fire_schedule_overlap(
+                schedule.name,
+                expected=schedule.next_tick,
+                next_tick=ticks.next_tick,
+                paused=False,
+                latest=schedule.latest_id,
+                fired=starting[-1] if starting else None,
+                workflows=rows,
+                buffer=buffer,
+            )
+            if fired and admitted.dropped:
+                logger.info(
+                    "schedule %s: overlap %s dropped %d tick(s) from %s on",
+                    schedule.name,
+                    schedule.overlap.value,
+                    len(admitted.dropped),
+                    admitted.dropped[0].isoformat(),
+                    extra=self._fields(schedule=schedule.name),
+                )
         if not fired:
             return 0
+        if buffer is not None:
+            self._buffering = True
         if ticks.skipped_from is not None:
             logger.warning(
                 "schedule %s: skipped the ticks missed from %s on (catch_up=%d)",
@@ -136,20 +198,26 @@ class Scheduler:
                 schedule.catch_up,
                 extra=self._fields(schedule=schedule.name),
             )
-        for tick, row in zip(ticks.start, rows, strict=True):
-            observers().durable_workflow_enqueued(
-                workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
-            )
-            logger.info(
-                "schedule %s: tick %s started workflow %s (%s)",
-                schedule.name,
-                tick.isoformat(),
-                row.id,
-                row.name,
-                extra=self._fields(schedule=schedule.name, workflow_id=row.id),
-            )
+        for tick, row in zip(starting, rows, strict=True):
+            self._started(schedule, tick, row, "tick")
         self.fired += len(rows)
         return len(rows)
+
+    def _started(
+        self, schedule: ScheduleRecord, tick: datetime, row: NewWorkflow, what: str
+    ) -> None:
+        observers().durable_workflow_enqueued(
+            workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
+        )
+        logger.info(
+            "schedule %s: %s %s started workflow %s (%s)",
+            schedule.name,
+            what,
+            tick.isoformat(),
+            row.id,
+            row.name,
+            extra=self._fields(schedule=schedule.name, workflow_id=row.id),
+        )
 
     def _workflow(self, schedule: ScheduleRecord, tick: datetime) -> NewWorkflow:
         """The workflow a tick starts: its headers name the schedule and the tick."""
@@ -157,6 +225,14 @@ class Scheduler:
 
     def _fields(self, **more: str) -> dict[str, str]:
         return {"worker_id": self.worker_id, **more}
+
+
+async def latest_running(store: Store, schedule: ScheduleRecord) -> bool:
+    """Whether the workflow ``schedule`` started last exists and has not finished."""
+    if schedule.latest_id is None:
+        return False
+    latest = await store.get_workflow(schedule.latest_id)
+    return latest is not None and not latest.status.is_terminal
 
 
 def tick_workflow(
@@ -212,6 +288,7 @@ def schedule_record(name: str, workflow: Workflow[Any, Any], schedule: Schedule)
         queue=schedule.queue,
         paused=False,
         catch_up=schedule.catch_up,
+        overlap=schedule.overlap,
         next_tick=Cron(schedule.cron, schedule.timezone).next_after(now),
         last_tick=None,
         created_at=now,

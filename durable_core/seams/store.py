@@ -36,6 +36,7 @@ from .records import (
     WorkflowRecord,
     WorkflowStatus,
 )
+from .schedule_roles import ScheduleOverlaps
 from .talk_roles import Streams, Updates, Watch
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "EmbeddedDatabase",
     "OperatorQueries",
     "ScheduleFeed",
+    "ScheduleOverlaps",
     "StepWriter",
     "Store",
     "Streams",

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..definitions.schedules import ScheduleRecord
+from ..definitions.schedules import Overlap, ScheduleRecord
 from ..errors import StoreError
 from ..seams.records import NewWorkflow
 from . import schema
@@ -30,7 +30,16 @@ sc = schema.workflow_schedules
 SKIP, CATCH_UP = "skip", "catch_up"
 """The ``missed`` column: what becomes of ticks missed while no worker ran."""
 
-_DEFINITION = ("workflow_name", "cron", "timezone", "input", "queue", "catch_up", "next_tick")
+_DEFINITION = (
+    "workflow_name",
+    "cron",
+    "timezone",
+    "input",
+    "queue",
+    "catch_up",
+    "next_tick",
+    "overlap",
+)
 
 
 def _definition_params(record: ScheduleRecord) -> dict[str, Any]:
@@ -45,6 +54,7 @@ def _definition_params(record: ScheduleRecord) -> dict[str, Any]:
         "catch_up": record.catch_up,
         "missed": CATCH_UP if record.catch_up else SKIP,
         "next_tick": record.next_tick,
+        "overlap": record.overlap.value,
         "paused": record.paused,
     }
     return {"sched": record.name, **{f"new_{name}": value for name, value in values.items()}}
@@ -65,6 +75,9 @@ def schedule_from_row(row: Row) -> ScheduleRecord:
         last_tick=row["last_tick"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        overlap=Overlap(row["overlap"]),
+        latest_id=row["latest_id"],
+        buffered_tick=row["buffered_tick"],
     )
 
 
@@ -113,6 +126,7 @@ class ScheduleStatements:
             .values(
                 next_tick=values["next_tick"],
                 last_tick=sa.func.coalesce(param("fired", sc.c.last_tick.type), sc.c.last_tick),
+                latest_id=sa.func.coalesce(param("latest", sc.c.latest_id.type), sc.c.latest_id),
                 updated_at=now,
             )
         )
@@ -191,9 +205,16 @@ class ScheduleOperations(SQLStoreBase):
         workflows: Sequence[NewWorkflow],
     ) -> bool:
         """If the schedule is unpaused and its next tick is still ``expected``, move it to
-        ``next_tick`` (``fired`` the last tick started) and enqueue ``workflows``, in one
-        transaction. ``False`` when another worker fired it first (or it was paused)."""
-        params = {"sched": name, "expected": expected, "new_next_tick": next_tick, "fired": fired}
+        ``next_tick`` (``fired`` the last tick started; the last of ``workflows`` its latest
+        run) and enqueue ``workflows``, in one transaction. ``False`` when another worker
+        fired it first (or it was paused)."""
+        params = {
+            "sched": name,
+            "expected": expected,
+            "new_next_tick": next_tick,
+            "fired": fired,
+            "latest": workflows[-1].id if workflows else None,
+        }
         async with self._transaction("fire_schedule") as session:
             if await session.execute(self._sq.advance, self.dialect.bind_clock(params)) != 1:
                 return False

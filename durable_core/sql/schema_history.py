@@ -460,6 +460,19 @@ def _v8() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v9() -> list[ops.MigrateOperation]:
+    # Overlap policies: what a tick does while the workflow the schedule started last
+    # (latest_id) runs: skip, buffer_one (the tick kept in buffered_tick) or allow_all.
+    return [
+        ops.AddColumnOp("workflow_schedules", column)
+        for column in (
+            sa.Column("overlap", sa.String(16), nullable=False, server_default="allow_all"),
+            sa.Column("latest_id", sa.String(255), nullable=True),
+            sa.Column("buffered_tick", UTCDateTime(), nullable=True),
+        )
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -483,6 +496,7 @@ VERSIONS: tuple[SchemaVersion, ...] = (
         _v7,
     ),
     SchemaVersion(8, "durable_schema_v8", "talking to running workflows: streams and updates", _v8),
+    SchemaVersion(9, "durable_schema_v9", "schedules: overlap policies and buffered ticks", _v9),
 )
 
 LATEST = VERSIONS[-1].number

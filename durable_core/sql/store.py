@@ -32,6 +32,7 @@ from .connector import Params
 from .operators import OperatorOperations
 from .reading import ReadOperations
 from .rows import claimed_from_row
+from .schedule_overlap import ScheduleOverlapOperations
 from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS
 from .streams import StreamOperations
@@ -45,6 +46,7 @@ class SQLStore(
     StreamOperations,
     UpdateOperations,
     ScheduleOperations,
+    ScheduleOverlapOperations,
     WorkerOperations,
     OperatorOperations,
     ReadOperations,

@@ -6,7 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from durable_core.contract import NoClaimerContract, StoreContract, StreamsContract, UpdatesContract
+from durable_core.contract import (
+    NoClaimerContract,
+    ScheduleOverlapContract,
+    StoreContract,
+    StreamsContract,
+    UpdatesContract,
+)
 from durable_core.sql import schema
 from durable_mysql import MySQLStore
 
@@ -37,5 +43,7 @@ async def durable_second_store(
     await store.close()
 
 
-class TestMySQLStore(StoreContract, NoClaimerContract, StreamsContract, UpdatesContract):
+class TestMySQLStore(
+    StoreContract, NoClaimerContract, StreamsContract, UpdatesContract, ScheduleOverlapContract
+):
     pass

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from durable_core.contract import NoClaimerContract, StoreContract, StreamsContract, UpdatesContract
+from durable_core.contract import (
+    NoClaimerContract,
+    ScheduleOverlapContract,
+    StoreContract,
+    StreamsContract,
+    UpdatesContract,
+)
 from durable_sqlite import SQLiteStore
 
 
@@ -30,5 +36,7 @@ async def durable_second_store(
     await store.close()
 
 
-class TestSQLiteStore(StoreContract, NoClaimerContract, StreamsContract, UpdatesContract):
+class TestSQLiteStore(
+    StoreContract, NoClaimerContract, StreamsContract, UpdatesContract, ScheduleOverlapContract
+):
     pass

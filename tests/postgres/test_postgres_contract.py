@@ -9,6 +9,7 @@ import pytest
 
 from durable_core.contract import (
     ClaimerContract,
+    ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
     Tamper,
@@ -75,5 +76,7 @@ def durable_tamper(postgres_url: str) -> Tamper:
     return tamper
 
 
-class TestPostgresStore(StoreContract, ClaimerContract, StreamsContract, UpdatesContract):
+class TestPostgresStore(
+    StoreContract, ClaimerContract, StreamsContract, UpdatesContract, ScheduleOverlapContract
+):
     pass
