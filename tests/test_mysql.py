@@ -27,7 +27,7 @@ from durable_core.errors import (
     StoreUnavailableError,
     ValueTooLargeError,
 )
-from durable_core.seams.records import StepStatus, WorkflowStatus
+from durable_core.seams.records import Settlement, StepStatus, WorkflowStatus
 from durable_core.sql import schema
 from durable_mysql import MySQLStore, ensure_database
 from tests.conftest import MYSQL_URL
@@ -284,7 +284,7 @@ async def test_writes_that_change_nothing_still_count_as_held(mysql_url: str) ->
         await store.complete_step(claimed.lease, 0, '"out"')
         (step,) = await store.load_steps(row.id)
         assert (step.status, step.output) == (StepStatus.SUCCEEDED, '"out"')
-        await store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await store.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1"))
         with pytest.raises(LeaseLostError):
             await store.heartbeat(claimed.lease, 30)
     finally:
@@ -310,7 +310,7 @@ async def test_a_value_beyond_max_allowed_packet_is_refused_cleanly(store: MySQL
         await store.complete_step(claimed.lease, 0, huge)
     escaped = '"' * (limit // 2 + 1)  # fits as text, but doubles once escaped
     with pytest.raises(ValueTooLargeError):
-        await store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output=escaped)
+        await store.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output=escaped))
     (step,) = await store.load_steps(claimed.id)
     assert (step.status, step.output) == (StepStatus.RUNNING, None)
     got = await store.get_workflow(claimed.id)

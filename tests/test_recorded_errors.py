@@ -23,6 +23,7 @@ from durable_core import (
 )
 from durable_core.codec.failures import dump_error, error_record, recorded_exception
 from durable_core.contract.support import new_workflow
+from durable_core.seams.records import Settlement
 from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 
@@ -118,7 +119,7 @@ async def failed_by_hand(store: Store, error: dict[str, Any]) -> str:
     await store.enqueue([row])
     claimed = await store.acquire(row.id, worker_id="by-hand", lease_seconds=30)
     assert claimed is not None
-    await store.settle(claimed.lease, WorkflowStatus.FAILED, error=dump_error(error))
+    await store.settle(Settlement(claimed.lease, WorkflowStatus.FAILED, error=dump_error(error)))
     return row.id
 
 

@@ -21,7 +21,7 @@ from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, claim_args, enqu
 from durable_core import DurableClient, Executor, WorkflowConfig
 from durable_core.codec import encode, encode_arguments
 from durable_core.runtime.worker import WorkflowWorker
-from durable_core.seams.records import ClaimedWorkflow, Lease, StepRecord, StepStatus
+from durable_core.seams.records import ClaimedWorkflow, Lease, Settlement, StepRecord, StepStatus
 from durable_postgres import PostgresStore
 
 NAME = "steps"
@@ -50,7 +50,7 @@ class NullStore:
     async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
         pass
 
-    async def settle(self, lease: Lease, status: Any, **fields: Any) -> None:
+    async def settle(self, settlement: Settlement) -> None:
         pass
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
@@ -103,7 +103,7 @@ class NullClaimStore(NullStore):
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
         await anyio.lowlevel.checkpoint()
 
-    async def settle(self, lease: Lease, status: Any, **fields: Any) -> None:
+    async def settle(self, settlement: Settlement) -> None:
         await anyio.lowlevel.checkpoint()
 
 

@@ -14,7 +14,7 @@ from ..definitions.queues import DEFAULT_QUEUE, Queue, RateLimit, Route
 from ..errors import ClaimNotSupportedError, LeaseLostError
 from ..runtime.config import WorkflowConfig
 from ..runtime.worker import WorkflowWorker
-from ..seams.records import ClaimedWorkflow, StepStatus, WorkflowStatus
+from ..seams.records import ClaimedWorkflow, Settlement, StepStatus, WorkflowStatus
 from ..seams.store import Claimer, Store
 from . import workflows as wfs
 from .support import SAFETY_SECONDS, new_workflow, unique_name
@@ -140,7 +140,7 @@ class ClaimerContract:
         first = await self.claim(durable_store, "w1", 10, routes=limited)
         second = await self.claim(durable_second_store, "w2", 10, routes=limited)
         assert (len(first), len(second)) == (2, 0)
-        await durable_store.settle(first[0].lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(first[0].lease, WorkflowStatus.SUCCEEDED, output="1"))
         assert len(await self.claim(durable_second_store, "w2", 10, routes=limited)) == 1
 
     async def test_an_expired_lease_frees_its_slot(self, durable_store: Store) -> None:
@@ -157,7 +157,7 @@ class ClaimerContract:
         paced = self.routes(Queue("paced", rate_limit=RateLimit(2, period=0.5)))
         first = await self.claim(durable_store, "w", 10, routes=paced)
         for item in first:
-            await durable_store.settle(item.lease, WorkflowStatus.SUCCEEDED, output="1")
+            await durable_store.settle(Settlement(item.lease, WorkflowStatus.SUCCEEDED, output="1"))
         assert len(first) == 2
         assert await self.claim(durable_store, "w", 10, routes=paced) == []
         await anyio.sleep(0.6)
@@ -180,7 +180,7 @@ class ClaimerContract:
         assert await durable_store.acquire(held, worker_id="other", lease_seconds=30) is not None
         finished = await durable_store.acquire(done, worker_id="other", lease_seconds=30)
         assert finished is not None
-        await durable_store.settle(finished.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(finished.lease, WorkflowStatus.SUCCEEDED, output="1"))
         await durable_store.cancel_workflow(cancelled)
         claimed = await self.claim(durable_store, "w", 10, 30)
         assert [c.id for c in claimed] == [free]

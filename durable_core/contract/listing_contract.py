@@ -12,7 +12,7 @@ import pytest
 from ..caller.client import DurableClient
 from ..codec.failures import dump_error
 from ..errors import StatsNotSupportedError
-from ..seams.records import WorkflowRecord, WorkflowStatus
+from ..seams.records import Settlement, WorkflowRecord, WorkflowStatus
 from ..seams.store import Store, WorkflowStats
 from .support import new_workflow, unique_name
 
@@ -111,10 +111,14 @@ class ListingContract:
             claimed = await durable_store.acquire(row.id, worker_id="w", lease_seconds=30)
             assert claimed is not None
             if kind is None:
-                await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+                await durable_store.settle(
+                    Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+                )
                 continue
             error = dump_error({"type": kind, "message": f"{kind} here", "traceback": None})
-            await durable_store.settle(claimed.lease, WorkflowStatus.FAILED, error=error)
+            await durable_store.settle(
+                Settlement(claimed.lease, WorkflowStatus.FAILED, error=error)
+            )
 
         async def listed(error_type: str, **more: object) -> list[str]:
             found = await durable_store.list_workflows(name=name, error_type=error_type, **more)  # type: ignore[arg-type]
@@ -166,10 +170,10 @@ class ListingContract:
             claimed = await durable_store.acquire(row.id, worker_id="w", lease_seconds=30)
             assert claimed is not None
             leases.append(claimed.lease)
-        await durable_store.settle(leases[0], WorkflowStatus.SUCCEEDED, output="1")
-        await durable_store.settle(leases[1], WorkflowStatus.SUCCEEDED, output="2")
-        await durable_store.settle(leases[2], WorkflowStatus.FAILED, error="{}")
-        await durable_store.settle(leases[3], WorkflowStatus.SUCCEEDED, output="3")
+        await durable_store.settle(Settlement(leases[0], WorkflowStatus.SUCCEEDED, output="1"))
+        await durable_store.settle(Settlement(leases[1], WorkflowStatus.SUCCEEDED, output="2"))
+        await durable_store.settle(Settlement(leases[2], WorkflowStatus.FAILED, error="{}"))
+        await durable_store.settle(Settlement(leases[3], WorkflowStatus.SUCCEEDED, output="3"))
         ended = await client.count_ended_attempts(start.cursor)
         assert ended.counts == {
             ("default", "succeeded"): 2,

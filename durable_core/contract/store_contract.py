@@ -17,13 +17,22 @@ from ..codec.failures import load_error
 from ..errors import (
     CorruptRecordError,
     FrameworkError,
+    InvalidArgumentsError,
     InvalidStateError,
     LeaseLostError,
     WorkflowConflictError,
     WorkflowNotFoundError,
 )
 from ..runtime.config import WorkflowConfig
-from ..seams.records import ClaimedWorkflow, Lease, StepStatus, WorkflowRecord, WorkflowStatus
+from ..seams.records import (
+    ClaimedWorkflow,
+    Lease,
+    Settlement,
+    StepStatus,
+    StepWrite,
+    WorkflowRecord,
+    WorkflowStatus,
+)
 from ..seams.store import Store
 from ..testing import WorkflowRunner
 from . import workflows as wfs
@@ -239,7 +248,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         pending_alpha = await self.enqueue_one(durable_store, name=alpha)
         running_alpha = (await self.acquired(durable_store, name=alpha)).id
         done = await self.acquired(durable_store, name=beta)
-        await durable_store.settle(done.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(done.lease, WorkflowStatus.SUCCEEDED, output="1"))
         pending_beta = await self.enqueue_one(durable_store, name=beta)
 
         def ids(records: list[WorkflowRecord]) -> set[str]:
@@ -269,7 +278,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         assert await durable_store.acquire(rows[0].id, worker_id="w", lease_seconds=30)
         finished = await durable_store.acquire(done.id, worker_id="w", lease_seconds=30)
         assert finished is not None
-        await durable_store.settle(finished.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(finished.lease, WorkflowStatus.SUCCEEDED, output="1"))
         mine = [
             (r.queue, r.status, r.count)
             for r in await durable_store.backlog()
@@ -350,9 +359,11 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
 
     async def test_acquire_of_terminal_workflows_returns_none(self, durable_store: Store) -> None:
         succeeded = await self.acquired(durable_store)
-        await durable_store.settle(succeeded.lease, WorkflowStatus.SUCCEEDED, output="null")
+        await durable_store.settle(
+            Settlement(succeeded.lease, WorkflowStatus.SUCCEEDED, output="null")
+        )
         failed = await self.acquired(durable_store)
-        await durable_store.settle(failed.lease, WorkflowStatus.FAILED, error="{}")
+        await durable_store.settle(Settlement(failed.lease, WorkflowStatus.FAILED, error="{}"))
         cancelled = await self.enqueue_one(durable_store)
         await durable_store.cancel_workflow(cancelled)
         for workflow_id in (succeeded.id, failed.id, cancelled):
@@ -375,7 +386,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         claimed = await self.acquired(durable_store)
         tokens = {claimed.lease.token}
         for attempt in (2, 3):
-            await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error='"again"')
+            await durable_store.settle(
+                Settlement(claimed.lease, WorkflowStatus.PENDING, error='"again"')
+            )
             again = await durable_store.acquire(claimed.id, worker_id="worker-a", lease_seconds=30)
             assert again is not None
             assert again.attempts == attempt
@@ -424,7 +437,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         claimed = await self.acquired(durable_store)
         await durable_store.start_step(claimed.lease, 0, "s", '"first"')
         await durable_store.fail_step(claimed.lease, 0, '"boom"')
-        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error='"boom"')
+        await durable_store.settle(
+            Settlement(claimed.lease, WorkflowStatus.PENDING, error='"boom"')
+        )
         retry = await durable_store.acquire(claimed.id, worker_id="worker-a", lease_seconds=30)
         assert retry is not None
         await durable_store.start_step(retry.lease, 0, "s2", '"second"')
@@ -486,7 +501,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         expected = [(0, None), (1, "3.0.2"), (2, "4.1"), (3, "4.0"), (4, "5.1")]
         steps = await durable_store.load_steps(claimed.id)
         assert [(s.step_index, s.path) for s in steps] == expected
-        await durable_store.settle(lease, WorkflowStatus.PENDING, error='"boom"')
+        await durable_store.settle(Settlement(lease, WorkflowStatus.PENDING, error='"boom"'))
         again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
         assert again is not None
         cached = (
@@ -501,7 +516,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         claimed = await self.acquired(durable_store)
         await durable_store.start_step(claimed.lease, 0, "s", '"in"', path="1.0")
         await durable_store.complete_step(claimed.lease, 0, '"out"')
-        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1"))
         source = await self.record(durable_store, claimed.id)
         fork = dataclasses.replace(new_workflow(), name=source.name, input=source.input)
         await durable_store.fork_workflow(fork, claimed.id, 1)
@@ -568,7 +583,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
 
     async def test_settle_succeeded(self, durable_store: Store) -> None:
         claimed = await self.acquired(durable_store)
-        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output='{"total":3}')
+        await durable_store.settle(
+            Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output='{"total":3}')
+        )
         got = await self.record(durable_store, claimed.id)
         assert (got.status, got.output, got.error) == (
             WorkflowStatus.SUCCEEDED,
@@ -579,9 +596,22 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         self.assert_near_now(got.completed_at)
         assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
 
+    async def test_settle_refuses_a_step(self, durable_store: Store) -> None:
+        claimed = await self.acquired(durable_store)
+        step = StepWrite(claimed.lease, 0, "s", StepStatus.SUCCEEDED, "[]", output="1")
+        with pytest.raises(InvalidArgumentsError, match="group commit"):
+            await durable_store.settle(
+                Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1", step=step)
+            )
+        got = await self.record(durable_store, claimed.id)
+        assert got.status is WorkflowStatus.RUNNING
+        assert await durable_store.load_steps(claimed.id) == []
+
     async def test_settle_failed(self, durable_store: Store) -> None:
         claimed = await self.acquired(durable_store)
-        await durable_store.settle(claimed.lease, WorkflowStatus.FAILED, error='{"type":"E"}')
+        await durable_store.settle(
+            Settlement(claimed.lease, WorkflowStatus.FAILED, error='{"type":"E"}')
+        )
         got = await self.record(durable_store, claimed.id)
         assert (got.status, got.error, got.output) == (WorkflowStatus.FAILED, '{"type":"E"}', None)
         assert (got.locked_by, got.locked_until) == (None, None)
@@ -591,7 +621,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
     async def test_settle_pending_schedules_a_retry(self, durable_store: Store) -> None:
         claimed = await self.acquired(durable_store)
         await durable_store.settle(
-            claimed.lease, WorkflowStatus.PENDING, error='{"n":1}', retry_delay_seconds=60
+            Settlement(
+                claimed.lease, WorkflowStatus.PENDING, error='{"n":1}', retry_delay_seconds=60
+            )
         )
         got = await self.record(durable_store, claimed.id)
         assert (got.status, got.error, got.completed_at) == (
@@ -609,7 +641,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
 
     async def test_settle_pending_without_delay_is_due_at_once(self, durable_store: Store) -> None:
         claimed = await self.acquired(durable_store)
-        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error='"e"')
+        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.PENDING, error='"e"'))
         retry = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
         assert retry is not None and retry.attempts == 2
 
@@ -621,7 +653,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         claimed = await self.acquired(durable_store)
         await durable_store.start_step(claimed.lease, 0, "s", '"in"')
         await durable_store.complete_step(claimed.lease, 0, '"cached"')
-        await durable_store.settle(claimed.lease, WorkflowStatus.FAILED, error='"boom"')
+        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.FAILED, error='"boom"'))
         await durable_store.retry_workflow(claimed.id)
         got = await self.record(durable_store, claimed.id)
         assert (got.status, got.attempts, got.completed_at) == (WorkflowStatus.PENDING, 0, None)
@@ -643,7 +675,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         pending = await self.enqueue_one(durable_store)
         running = await self.acquired(durable_store)
         succeeded = await self.acquired(durable_store)
-        await durable_store.settle(succeeded.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(
+            Settlement(succeeded.lease, WorkflowStatus.SUCCEEDED, output="1")
+        )
         for workflow_id in (pending, running.id, succeeded.id):
             before = await snapshot(durable_store, workflow_id)
             with pytest.raises(InvalidStateError):
@@ -676,7 +710,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         with pytest.raises(LeaseLostError):
             await durable_store.complete_step(claimed.lease, 1, '"late"')
         with pytest.raises(LeaseLostError):
-            await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output='"late"')
+            await durable_store.settle(
+                Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output='"late"')
+            )
         got = await self.record(durable_store, claimed.id)
         assert (got.status, got.output, got.locked_by) == (WorkflowStatus.CANCELLED, None, None)
         done, interrupted = await durable_store.load_steps(claimed.id)
@@ -685,9 +721,11 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
 
     async def test_cancel_refuses_finished_workflows(self, durable_store: Store) -> None:
         succeeded = await self.acquired(durable_store)
-        await durable_store.settle(succeeded.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(
+            Settlement(succeeded.lease, WorkflowStatus.SUCCEEDED, output="1")
+        )
         failed = await self.acquired(durable_store)
-        await durable_store.settle(failed.lease, WorkflowStatus.FAILED, error="1")
+        await durable_store.settle(Settlement(failed.lease, WorkflowStatus.FAILED, error="1"))
         cancelled = await self.enqueue_one(durable_store)
         await durable_store.cancel_workflow(cancelled)
         for workflow_id in (succeeded.id, failed.id, cancelled):
@@ -711,7 +749,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
                 await store.fail_step(claimed.lease, index, '"boom"')
             else:
                 await store.complete_step(claimed.lease, index, f'"out{index}"')
-        await store.settle(claimed.lease, WorkflowStatus.FAILED, error='"boom"')
+        await store.settle(Settlement(claimed.lease, WorkflowStatus.FAILED, error='"boom"'))
         return claimed
 
     async def test_fork_copies_the_succeeded_steps_before_the_index(
@@ -789,7 +827,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             assert reclaimed is not None
             current = reclaimed.lease
         elif kind == "settled":
-            await store.settle(stale, WorkflowStatus.SUCCEEDED, output='"done"')
+            await store.settle(Settlement(stale, WorkflowStatus.SUCCEEDED, output='"done"'))
         elif kind == "cancelled":
             await store.cancel_workflow(claimed.id)
         elif kind == "forged":
@@ -808,11 +846,13 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             "fail_step": lambda: store.fail_step(lease, 1, '"stale"'),
             "heartbeat": lambda: store.heartbeat(lease, 3600),
             "settle_succeeded": lambda: store.settle(
-                lease, WorkflowStatus.SUCCEEDED, output='"stale"'
+                Settlement(lease, WorkflowStatus.SUCCEEDED, output='"stale"')
             ),
-            "settle_failed": lambda: store.settle(lease, WorkflowStatus.FAILED, error='"stale"'),
+            "settle_failed": lambda: store.settle(
+                Settlement(lease, WorkflowStatus.FAILED, error='"stale"')
+            ),
             "settle_pending": lambda: store.settle(
-                lease, WorkflowStatus.PENDING, error='"stale"', retry_delay_seconds=0
+                Settlement(lease, WorkflowStatus.PENDING, error='"stale"', retry_delay_seconds=0)
             ),
         }
         return operations[write]
@@ -1015,7 +1055,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         await store.complete_step(claimed.lease, 0, text)
         await store.start_step(claimed.lease, 1, "step", text)
         await store.fail_step(claimed.lease, 1, text)
-        await store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output=text)
+        await store.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output=text))
         got = await self.record(store, row.id)
         assert got.input == text
         assert got.output == text
@@ -1023,7 +1063,7 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
         assert (zero.input, zero.output) == (text, text)
         assert (one.input, one.error) == (text, text)
         failed = await self.acquired(store)
-        await store.settle(failed.lease, WorkflowStatus.FAILED, error=text)
+        await store.settle(Settlement(failed.lease, WorkflowStatus.FAILED, error=text))
         assert (await self.record(store, failed.id)).error == text
 
     @pytest.mark.parametrize("kind", sorted(ODD_TEXTS))
@@ -1043,7 +1083,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
             assert claimed is not None and claimed.input == text
             await durable_store.start_step(claimed.lease, 0, "big", text)
             await durable_store.complete_step(claimed.lease, 0, text)
-            await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output=text)
+            await durable_store.settle(
+                Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output=text)
+            )
             (step,) = await durable_store.load_steps(row.id)
             assert step.input == text and step.output == text
             assert (await self.record(durable_store, row.id)).output == text
@@ -1072,7 +1114,9 @@ class StoreContract(WaitingContract, ScheduleContract, ListingContract):
                     await store.start_step(claimed.lease, index, f"s{index}", input)
                     await store.heartbeat(claimed.lease, 30)
                     await store.complete_step(claimed.lease, index, f'"out-{number}-{index}"')
-                await store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output=f"{number}")
+                await store.settle(
+                    Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output=f"{number}")
+                )
             except Exception as exc:
                 errors.append(exc)
             else:

@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..seams.records import (
     ClaimedWorkflow,
+    Settlement,
     StepStatus,
     UpdateStatus,
     Wait,
@@ -104,7 +105,9 @@ class StreamsContract:
     async def test_a_write_without_the_lease_writes_nothing(self, durable_store: Store) -> None:
         s = streams(durable_store)
         claimed = await held(durable_store)
-        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="null")
+        await durable_store.settle(
+            Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="null")
+        )
         with pytest.raises(LeaseLostError):
             await s.write_stream(claimed.lease, "k", "1", 0, "durable.write_stream", '["k"]')
         assert (await s.read_stream(claimed.id, "k")).entries == []
@@ -210,7 +213,9 @@ class UpdatesContract:
         assert await u.next_update(claimed.id, "approve") is None
         await u.send_update(claimed.id, "u3", "approve", "3")
         await u.take_update(claimed.lease, "u3", 1, "durable.recv_update", "[]", "[]")
-        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="null")
+        await durable_store.settle(
+            Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="null")
+        )
         with pytest.raises(LeaseLostError):
             await u.reply_update(claimed.lease, "u3", '"late"')
         late = await u.get_update(claimed.id, "u3")

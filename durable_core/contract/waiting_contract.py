@@ -20,6 +20,7 @@ from ..errors import FrameworkError, InvalidStateError, LeaseLostError, Workflow
 from ..runtime.config import WorkflowConfig
 from ..seams.records import (
     ClaimedWorkflow,
+    Settlement,
     StepStatus,
     Wait,
     WaitKind,
@@ -326,7 +327,7 @@ class WaitingContract:
     ) -> None:
         claimed = await self._held(durable_store, max_attempts=5)
         await durable_store.send(claimed.id, "t", '"kept"', "m-kept")
-        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error='"x"')
+        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.PENDING, error='"x"'))
         with pytest.raises(LeaseLostError):
             await durable_store.receive(claimed.lease, "t", 0, "durable.recv", '["t"]')
         again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
@@ -343,7 +344,7 @@ class WaitingContract:
             '["x"]',
             "null",
         )
-        await durable_store.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1"))
         with pytest.raises(LeaseLostError):
             await durable_store.record_step(claimed.lease, 4, "durable.send", "[]", "null")
 
@@ -379,7 +380,7 @@ class WaitingContract:
         assert await durable_store.suspend(parent.lease, [wait])
         assert (await self._row(durable_store, parent.id)).waiting_for == f"child:{child.id}"
         await durable_store.settle(
-            child.lease, WorkflowStatus.SUCCEEDED, output="2", parent_id=parent.id
+            Settlement(child.lease, WorkflowStatus.SUCCEEDED, output="2", parent_id=parent.id)
         )
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.PENDING
 
@@ -388,7 +389,7 @@ class WaitingContract:
     ) -> None:
         parent, child = await self._parent_and_child(durable_store)
         await durable_store.settle(
-            child.lease, WorkflowStatus.FAILED, error='"x"', parent_id=parent.id
+            Settlement(child.lease, WorkflowStatus.FAILED, error='"x"', parent_id=parent.id)
         )
         assert not await durable_store.suspend(parent.lease, [_wait(WaitKind.CHILD, child.id)])
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.RUNNING
@@ -402,7 +403,7 @@ class WaitingContract:
         done = await durable_store.acquire(row.id, worker_id="child", lease_seconds=30)
         assert done is not None
         await durable_store.settle(
-            done.lease, WorkflowStatus.SUCCEEDED, output="1", parent_id=parent.id
+            Settlement(done.lease, WorkflowStatus.SUCCEEDED, output="1", parent_id=parent.id)
         )
         waits = [
             _wait(WaitKind.CHILD, running.id, index=0),
@@ -426,7 +427,9 @@ class WaitingContract:
             assert (await self._row(durable_store, parent.id)).waiting_for == "any:3"
             if end == "settle":
                 await durable_store.settle(
-                    child.lease, WorkflowStatus.SUCCEEDED, output="2", parent_id=parent.id
+                    Settlement(
+                        child.lease, WorkflowStatus.SUCCEEDED, output="2", parent_id=parent.id
+                    )
                 )
             else:
                 await durable_store.cancel_workflow(child.id)
@@ -442,7 +445,7 @@ class WaitingContract:
         await durable_store.enqueue([pending, done])
         finished = await durable_store.acquire(done.id, worker_id="w", lease_seconds=30)
         assert finished is not None
-        await durable_store.settle(finished.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await durable_store.settle(Settlement(finished.lease, WorkflowStatus.SUCCEEDED, output="1"))
         await durable_store.cancel_workflow(parent.id)
         statuses = [
             (await self._row(durable_store, wid)).status
@@ -462,7 +465,7 @@ class WaitingContract:
 
     async def test_every_ended_attempt_is_kept_in_order(self, durable_store: Store) -> None:
         first = await self._held(durable_store, max_attempts=5)
-        await durable_store.settle(first.lease, WorkflowStatus.PENDING, error='"boom"')
+        await durable_store.settle(Settlement(first.lease, WorkflowStatus.PENDING, error='"boom"'))
         second = await durable_store.acquire(first.id, worker_id="w2", lease_seconds=0.05)
         assert second is not None and second.crashed is None
         await anyio.sleep(0.2)  # its lease expires: the next acquire takes over from a crash
@@ -471,7 +474,7 @@ class WaitingContract:
         assert (third.crashed.worker_id, third.crashed.attempt) == ("w2", 2)
         assert third.crashed_at is not None
         await durable_store.record_attempt(third.crashed, "crashed", '"x"', third.crashed_at)
-        await durable_store.settle(third.lease, WorkflowStatus.SUCCEEDED, output="3")
+        await durable_store.settle(Settlement(third.lease, WorkflowStatus.SUCCEEDED, output="3"))
         history = await durable_store.load_attempts(first.id)
         assert [(a.attempt, a.worker, a.outcome, a.error) for a in history] == [
             (1, "waiter", "retry", '"boom"'),
@@ -482,7 +485,9 @@ class WaitingContract:
         assert abs(history[1].ended_at - third.crashed_at) < timedelta(seconds=1)
         # Retrying by hand keeps the history; a stale lease writes none.
         with pytest.raises(LeaseLostError):
-            await durable_store.settle(second.lease, WorkflowStatus.FAILED, error='"late"')
+            await durable_store.settle(
+                Settlement(second.lease, WorkflowStatus.FAILED, error='"late"')
+            )
         assert len(await durable_store.load_attempts(first.id)) == 3
 
     async def test_a_cancel_records_a_cancellation_and_the_attempts_keep_earlier_errors(
@@ -490,7 +495,7 @@ class WaitingContract:
     ) -> None:
         claimed = await self._held(durable_store, max_attempts=5)
         failed = '{"type": "builtins.ConnectionError", "message": "gateway down"}'
-        await durable_store.settle(claimed.lease, WorkflowStatus.PENDING, error=failed)
+        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.PENDING, error=failed))
         await durable_store.cancel_workflow(claimed.id)
         error = load_error((await self._row(durable_store, claimed.id)).error)
         assert error is not None

@@ -21,6 +21,7 @@ step's end goes out with the settlement, in its statement.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import anyio
 
 from ..errors import LeaseLostError
 from ..seams.plugins import observers
-from ..seams.records import Lease, Settlement, StepStatus, StepWrite, Wait, WorkflowStatus
+from ..seams.records import Lease, Settlement, StepStatus, StepWrite, Wait
 from ..seams.store import BatchWriter, Store
 
 _UNWRITTEN, _WRITING, _WRITTEN = 0, 1, 2
@@ -199,54 +200,37 @@ class GroupCommit:
         await self._pay(lease)
         await self.store.set_event(lease, key, value)
 
-    async def settle(
-        self,
-        lease: Lease,
-        status: WorkflowStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        retry_delay_seconds: float = 0.0,
-        parent_id: str | None = None,
-    ) -> None:
+    async def settle(self, settlement: Settlement) -> None:
         """End the attempt, with its last step's end when that is not sent yet; one whose
         parent may wait on it settles alone (the parent's row is locked first, in its own
         transaction), once its steps have committed."""
+        lease = settlement.lease
         owed = self._owed.get(lease.workflow_id)
         last = None
-        if parent_id is None and owed is not None and len(owed) == 1 and owed[0].batch is None:
+        if (
+            settlement.parent_id is None
+            and owed is not None
+            and len(owed) == 1
+            and owed[0].batch is None
+        ):
             last = owed[0]
             last.folded = True
             del self._owed[lease.workflow_id]
         else:
             await self._pay(lease)
-        if parent_id is not None:
-            await self.store.settle(
-                lease,
-                status,
-                output=output,
-                error=error,
-                retry_delay_seconds=retry_delay_seconds,
-                parent_id=parent_id,
-            )
+        if settlement.parent_id is not None:
+            await self.store.settle(settlement)
             return
         # One flush never writes a workflow's row and its step rows both.
         while lease.workflow_id in self._stepping:
             await self._batch.done.wait()
         batch = self._batch
-        batch.settlements.append(
-            Settlement(
-                lease,
-                status,
-                output,
-                error,
-                retry_delay_seconds,
-                None if last is None else last.write,
-            )
-        )
+        if last is not None:
+            settlement = dataclasses.replace(settlement, step=last.write)
+        batch.settlements.append(settlement)
         self._ready.set()
         if not await batch.landed(len(batch.settlements) - 1, settlement=True):
-            raise _lost(lease, f"settling as {status.value}")
+            raise _lost(lease, f"settling as {settlement.status.value}")
 
     def forget(self, workflow_id: str) -> None:
         """The attempt of ``workflow_id`` ended: drop the steps it left unended (its body

@@ -14,7 +14,7 @@ from ..codec.failures import dump_error, error_record
 from ..errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
 from ..redaction import get_logger
 from ..seams.plugins import observers
-from ..seams.records import WorkflowStatus
+from ..seams.records import Settlement, WorkflowStatus
 from .attempt import Attempt, Ending
 
 logger = get_logger("durable_core.worker")
@@ -125,16 +125,15 @@ async def _settle(
 ) -> None:
     """End the attempt as ``status``; a final status wakes the parent waiting on it."""
     parent = attempt.claimed.parent_id if status.is_terminal else None
-    await attempt.persist(
-        lambda: attempt.writes.settle(
-            attempt.lease,
-            status,
-            output=output,
-            error=error,
-            retry_delay_seconds=retry_delay_seconds,
-            parent_id=parent,
-        )
+    settlement = Settlement(
+        attempt.lease,
+        status,
+        output=output,
+        error=error,
+        retry_delay_seconds=retry_delay_seconds,
+        parent_id=parent,
     )
+    await attempt.persist(lambda: attempt.writes.settle(settlement))
 
 
 def waiting(attempt: Attempt) -> WorkflowStatus:

@@ -329,17 +329,22 @@ class StepWrite:
 
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    """An attempt's end, fenced by ``lease``: one write of a group commit. ``status`` is
-    ``succeeded`` (with ``output``), ``failed`` (with ``error``) or ``pending`` (a retry,
-    due ``retry_delay_seconds`` from now, with ``error``)."""
+    """An attempt's end, fenced by ``lease``: what ``settle`` writes, alone or in a group
+    commit's batch. ``status`` is ``succeeded`` (with ``output``), ``failed`` (with
+    ``error``) or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with
+    ``error``)."""
 
     lease: Lease
     status: WorkflowStatus
     output: str | None = None
     error: str | None = None
     retry_delay_seconds: float = 0.0
+    parent_id: str | None = None
+    """The parent a final status wakes if it waits on this workflow (``None``: none may)."""
     step: StepWrite | None = None
-    """The attempt's last step write, written with the settlement (only if it lands)."""
+    """The attempt's last step write, written with the settlement (only if it lands): a
+    group commit's (:class:`~durable_core.seams.store.BatchWriter`); a store's ``settle``
+    takes none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,22 +94,13 @@ class StepWriter(Protocol):
         """Record a succeeded step in one write (a durable primitive's result)."""
         ...
 
-    async def settle(
-        self,
-        lease: Lease,
-        status: WorkflowStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        retry_delay_seconds: float = 0.0,
-        parent_id: str | None = None,
-    ) -> None:
-        """End the current attempt and release the lease.
+    async def settle(self, settlement: Settlement) -> None:
+        """End the current attempt of ``settlement.lease`` and release the lease.
 
-        ``status`` is ``succeeded`` (with ``output``), ``failed`` (with ``error``)
-        or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with ``error``).
-        A final status wakes the parent ``parent_id`` if it waits on this workflow.
-        The attempt's history row is written in the same transaction.
+        ``settlement.status`` is ``succeeded`` (with ``output``), ``failed`` (with
+        ``error``) or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with
+        ``error``). A final status wakes the parent ``parent_id`` if it waits on this
+        workflow. The attempt's history row is written in the same transaction.
         """
         ...
 

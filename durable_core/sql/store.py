@@ -18,11 +18,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..codec.failures import cancellation_record, dump_error
-from ..errors import InvalidStateError, WorkflowConflictError
+from ..errors import InvalidArgumentsError, InvalidStateError, WorkflowConflictError
 from ..seams.records import (
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
+    Settlement,
     WaitKind,
     WorkflowStatus,
     settled_outcome,
@@ -241,28 +242,26 @@ class SQLStore(
             lease_seconds=float(lease_seconds),
         )
 
-    async def settle(
-        self,
-        lease: Lease,
-        status: WorkflowStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        retry_delay_seconds: float = 0.0,
-        parent_id: str | None = None,
-    ) -> None:
-        """End the attempt as ``status`` and release the lease; a final status wakes the
-        parent ``parent_id`` if it waits on this workflow."""
-        await self.check_values(f"settle as {status.value}", output, error)
+    async def settle(self, settlement: Settlement) -> None:
+        """End the attempt as ``settlement.status`` and release the lease; a final status
+        wakes the parent ``settlement.parent_id`` if it waits on this workflow."""
+        lease, status = settlement.lease, settlement.status
+        if settlement.step is not None:
+            raise InvalidArgumentsError(
+                f"settle of workflow {lease.workflow_id}: a settlement's step is written by a "
+                "group commit (BatchWriter.write_batch), not by Store.settle"
+            )
+        await self.check_values(f"settle as {status.value}", settlement.output, settlement.error)
         q = self.statements
         params: dict[str, Any] = {
             "workflow": lease.workflow_id,
             "token": lease.token,
-            "output_json": output,
-            "error_json": error,
+            "output_json": settlement.output,
+            "error_json": settlement.error,
         }
+        parent_id = settlement.parent_id
         if status is WorkflowStatus.PENDING:
-            params["delay_seconds"] = retry_delay_seconds
+            params["delay_seconds"] = settlement.retry_delay_seconds
             statement, recorded, parent_id = q.settle_retry, q.settle_retry_recorded, None
         else:
             params["outcome"] = status.value

@@ -19,7 +19,7 @@ import anyio
 import asyncpg
 
 from durable_core.definitions.queues import Queue, Route
-from durable_core.seams.records import NewWorkflow, WorkflowStatus
+from durable_core.seams.records import NewWorkflow, Settlement, WorkflowStatus
 from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
@@ -103,7 +103,7 @@ async def main(url: str) -> None:
             await timed(
                 300,
                 lambda: store.settle(
-                    settle_targets.pop().lease, WorkflowStatus.SUCCEEDED, output="1"
+                    Settlement(settle_targets.pop().lease, WorkflowStatus.SUCCEEDED, output="1")
                 ),
             ),
         )

@@ -11,7 +11,7 @@ import pytest
 from durable_core.definitions.queues import Queue, Route
 from durable_core.errors import StoreError, StoreUnavailableError
 from durable_core.seams.plugins import plugin_manager
-from durable_core.seams.records import NewWorkflow, WorkflowStatus
+from durable_core.seams.records import NewWorkflow, Settlement, WorkflowStatus
 from durable_postgres import EmbeddedPostgres, PostgresStore
 
 ROUTES = [Route(Queue("default"), ("tests.flow",), 1000)]
@@ -41,7 +41,9 @@ async def test_start_apply_schema_stop_and_restart(tmp_path: Path) -> None:
             await store.enqueue([row])
             claimed = await store.claim(worker_id="w", limit=5, lease_seconds=30, routes=ROUTES)
             assert [c.id for c in claimed] == ["kept"]
-            await store.settle(claimed[0].lease, WorkflowStatus.SUCCEEDED, output='"done"')
+            await store.settle(
+                Settlement(claimed[0].lease, WorkflowStatus.SUCCEEDED, output='"done"')
+            )
     finally:
         await embedded.stop()
     assert not embedded.running

@@ -31,6 +31,7 @@ from durable_core.errors import (
 from durable_core.seams.records import (
     ClaimedWorkflow,
     NewWorkflow,
+    Settlement,
     StepStatus,
     Wait,
     WaitKind,
@@ -276,7 +277,9 @@ async def test_claim_returns_cached_steps_inline(store: PostgresStore) -> None:
     await store.complete_step(first.lease, 0, '"out0"')
     await store.start_step(first.lease, 1, "send", '["in1"]', path="2.1")
     await store.fail_step(first.lease, 1, '{"message": "boom"}')
-    await store.settle(first.lease, WorkflowStatus.PENDING, error="{}", retry_delay_seconds=0)
+    await store.settle(
+        Settlement(first.lease, WorkflowStatus.PENDING, error="{}", retry_delay_seconds=0)
+    )
 
     second = await claim_one(store)
     assert second.id == first.id
@@ -409,10 +412,14 @@ async def test_old_lease_is_fenced_after_reclaim(
         "fail_step": lambda: store.fail_step(old.lease, 0, '{"stale": true}'),
         "heartbeat": lambda: store.heartbeat(old.lease, 300),
         "settle succeeded": lambda: store.settle(
-            old.lease, WorkflowStatus.SUCCEEDED, output='"stale"'
+            Settlement(old.lease, WorkflowStatus.SUCCEEDED, output='"stale"')
         ),
-        "settle failed": lambda: store.settle(old.lease, WorkflowStatus.FAILED, error="{}"),
-        "settle pending": lambda: store.settle(old.lease, WorkflowStatus.PENDING, error="{}"),
+        "settle failed": lambda: store.settle(
+            Settlement(old.lease, WorkflowStatus.FAILED, error="{}")
+        ),
+        "settle pending": lambda: store.settle(
+            Settlement(old.lease, WorkflowStatus.PENDING, error="{}")
+        ),
     }
     for what, write in stale_writes.items():
         try:
@@ -480,7 +487,9 @@ async def test_settle_pending_delays_the_retry_by_server_time(
     await store.enqueue(new(1))
     claimed = await claim_one(store)
     await store.settle(
-        claimed.lease, WorkflowStatus.PENDING, error='{"m": "x"}', retry_delay_seconds=120
+        Settlement(
+            claimed.lease, WorkflowStatus.PENDING, error='{"m": "x"}', retry_delay_seconds=120
+        )
     )
     row = await db.fetchrow("SELECT *, extract(epoch FROM run_at - now()) AS due_in FROM workflows")
     assert 118 < row["due_in"] <= 120
@@ -495,8 +504,8 @@ async def test_settle_terminal_sets_completed_at(
 ) -> None:
     await store.enqueue(new(2))
     one, two = await store.claim(worker_id="w", limit=2, lease_seconds=30, routes=ROUTES)
-    await store.settle(one.lease, WorkflowStatus.SUCCEEDED, output='"done"')
-    await store.settle(two.lease, WorkflowStatus.FAILED, error='{"m": "bad"}')
+    await store.settle(Settlement(one.lease, WorkflowStatus.SUCCEEDED, output='"done"'))
+    await store.settle(Settlement(two.lease, WorkflowStatus.FAILED, error='{"m": "bad"}'))
     done = await store.get_workflow(one.id)
     failed = await store.get_workflow(two.id)
     assert done is not None and failed is not None
@@ -546,7 +555,7 @@ async def test_retry_and_cancel(store: PostgresStore, db: asyncpg.Connection) ->
     again = await claim_one(store)
     assert again.attempts == 1
     assert again.steps is not None and again.steps[0].output == '"kept"'
-    await store.settle(again.lease, WorkflowStatus.FAILED, error="{}")
+    await store.settle(Settlement(again.lease, WorkflowStatus.FAILED, error="{}"))
     await store.retry_workflow(row.id)
     assert (await claim_one(store)).attempts == 1
 
@@ -604,7 +613,7 @@ async def test_a_claim_starts_listening_so_no_enqueue_goes_unheard(
 async def test_retry_wakes_a_waiting_worker(store: PostgresStore, other: PostgresStore) -> None:
     await store.enqueue(new(1))
     claimed = await claim_one(store)
-    await store.settle(claimed.lease, WorkflowStatus.FAILED, error="{}")
+    await store.settle(Settlement(claimed.lease, WorkflowStatus.FAILED, error="{}"))
     assert await store.claim(worker_id="w", limit=1, lease_seconds=30, routes=ROUTES) == []
     woke: list[bool] = []
     retried = False
@@ -845,7 +854,7 @@ async def test_pool_recovers_after_backends_are_terminated(
             assert (await pooled.get_workflow(row.id)) is not None
         assert not (await backend_pids(db, name)) & killed
         claimed = await claim_one(pooled)
-        await pooled.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await pooled.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1"))
 
 
 # -- the EXPLAIN plan of the claim -----------------------------------------------

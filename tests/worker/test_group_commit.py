@@ -242,7 +242,7 @@ async def run_steps(group: GroupCommit, lease: Lease, steps: int, pause: float =
         await group.start_step(lease, index, f"s{index}", "{}")
         await anyio.sleep(pause)
         await group.complete_step(lease, index, str(index))
-    await group.settle(lease, WorkflowStatus.SUCCEEDED, output="0")
+    await group.settle(Settlement(lease, WorkflowStatus.SUCCEEDED, output="0"))
 
 
 async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_settlement(
@@ -261,7 +261,7 @@ async def test_a_lone_workflow_writes_at_once_and_its_last_step_goes_with_its_se
             "the step before committed before the next one began"
         )
         await group.complete_step(lease, 1, "1")
-        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
+        await group.settle(Settlement(lease, WorkflowStatus.SUCCEEDED, output="1"))
     assert [(len(steps), len(settled)) for steps, settled in recording.batches] == [(1, 0), (0, 1)]
     assert recording.batches[1][1][0].step == written(recording)[1]
     assert group.flushes == 2 and group.writes == 3
@@ -301,7 +301,7 @@ async def test_a_long_step_gets_its_running_row_while_it_runs(
 
         await eventually(running_row, timeout=120, what="the long step's running row")
         await group.complete_step(lease, 0, "1")
-        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
+        await group.settle(Settlement(lease, WorkflowStatus.SUCCEEDED, output="1"))
     row = await sql.fetchrow(
         "SELECT status, attempts, completed_at - started_at AS took FROM workflow_steps"
     )
@@ -343,7 +343,7 @@ async def test_with_step_row_after_0_the_running_row_is_written_before_the_body(
         await group.start_step(claimed.lease, 0, "s0", "{}")
         assert await sql.fetchval("SELECT status FROM workflow_steps") == "running"
         await group.complete_step(claimed.lease, 0, "1")
-        await group.settle(claimed.lease, WorkflowStatus.SUCCEEDED, output="1")
+        await group.settle(Settlement(claimed.lease, WorkflowStatus.SUCCEEDED, output="1"))
     row = await sql.fetchrow("SELECT status, attempts FROM workflow_steps")
     assert (row["status"], row["attempts"]) == ("succeeded", 1)
 
@@ -395,9 +395,9 @@ async def test_a_failed_flush_is_raised_and_its_step_ends_go_out_again(
         await group.complete_step(lease, 1, "2")
         await recording.close()  # the settlement's flush fails, its last step with it
         with pytest.raises(FrameworkError):
-            await group.settle(lease, WorkflowStatus.SUCCEEDED, output="2")
+            await group.settle(Settlement(lease, WorkflowStatus.SUCCEEDED, output="2"))
         await recording.open()
-        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="2")
+        await group.settle(Settlement(lease, WorkflowStatus.SUCCEEDED, output="2"))
     rows = await sql.fetch("SELECT step_index, status, attempts FROM workflow_steps ORDER BY 1")
     assert [tuple(r) for r in rows] == [(0, "succeeded", 1), (1, "succeeded", 1)]
     assert await sql.fetchval("SELECT status FROM workflows") == "succeeded"
@@ -418,7 +418,7 @@ async def test_a_step_failing_twice_then_succeeding_keeps_two_tries(
         await group.start_step(lease, 0, "s0", "{}", path="3.0.2")
         await group.complete_step(lease, 0, "1")
         await group.record_step(lease, 1, "durable.send", "[]", "null", path="4.1")
-        await group.settle(lease, WorkflowStatus.SUCCEEDED, output="1")
+        await group.settle(Settlement(lease, WorkflowStatus.SUCCEEDED, output="1"))
     tries = await recording.load_step_tries(lease.workflow_id)
     assert [(t.step_index, t.try_number, t.error) for t in tries] == [
         (0, 1, '{"type": "E", "message": "try 1"}'),

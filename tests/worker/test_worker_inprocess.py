@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import anyio
 import asyncpg
@@ -31,8 +30,8 @@ class CountingStore(PostgresStore):
         if len(self.heartbeats) >= 3 and RENEWED:
             RENEWED[0].set()
 
-    async def settle(self, lease: Lease, status: WorkflowStatus, **kwargs: Any) -> None:
-        await super().settle(lease, status, **kwargs)
+    async def settle(self, settlement: Settlement) -> None:
+        await super().settle(settlement)
         self.settled_at = time.monotonic()
 
     async def write_batch(

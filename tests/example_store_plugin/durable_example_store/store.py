@@ -17,6 +17,7 @@ from durable_core.seams.records import (
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
+    Settlement,
     StepRecord,
     StepTryRecord,
     Wait,
@@ -131,24 +132,8 @@ class ExampleStore:
     async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
         await self._inner.heartbeat(lease, lease_seconds)
 
-    async def settle(
-        self,
-        lease: Lease,
-        status: WorkflowStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        retry_delay_seconds: float = 0.0,
-        parent_id: str | None = None,
-    ) -> None:
-        await self._inner.settle(
-            lease,
-            status,
-            output=output,
-            error=error,
-            retry_delay_seconds=retry_delay_seconds,
-            parent_id=parent_id,
-        )
+    async def settle(self, settlement: Settlement) -> None:
+        await self._inner.settle(settlement)
 
     # -- waiting (durable sleep, messages, events, children) ------------------
 
