@@ -1,15 +1,18 @@
-"""``durable schedule add|list|pause|resume|delete``: schedules from the command line."""
+"""``durable schedule add|list|pause|resume|trigger|backfill|delete``: schedules from the
+command line."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from ..caller.client import DurableClient
 from ..definitions.registry import default_registry
-from ..definitions.schedules import Schedule, ScheduleRecord
+from ..definitions.schedules import Overlap, Schedule, ScheduleRecord, check_overlap
+from ..errors import ConfigurationError
 from .common import (
     APP_ENV,
     app_modules,
@@ -24,7 +27,9 @@ from .output import iso, printable, when
 
 def add_commands(commands: Any) -> None:
     """Add ``durable schedule`` and its subcommands to the ``commands`` subparsers."""
-    schedule = commands.add_parser("schedule", help="add, list, pause, resume or delete schedules")
+    schedule = commands.add_parser(
+        "schedule", help="add, list, pause, resume, trigger, backfill or delete schedules"
+    )
     actions = schedule.add_subparsers(dest="action", required=True)
 
     def handler(work: Callable[[argparse.Namespace, DurableClient], Awaitable[str]]) -> Any:
@@ -47,6 +52,7 @@ def add_commands(commands: Any) -> None:
             args=positional,
             kwargs=keywords,
             queue=args.queue,
+            overlap=check_overlap(args.overlap),
         )
         row = await client.add_schedule(args.name, definition, spec)
         tick = iso(row.next_tick) or "never"
@@ -75,6 +81,25 @@ def add_commands(commands: Any) -> None:
         tick = iso(row.next_tick) or "never"
         return printable(f"schedule {args.name} resumed: next tick {tick}", one_line=True)
 
+    async def trigger(args: argparse.Namespace, client: DurableClient) -> str:
+        handle = await client.trigger_schedule(args.name)
+        if handle is None:
+            overlap = (await client.get_schedule(args.name)).overlap
+            done = "skipped" if overlap is Overlap.SKIP else "buffered"
+            text = f"schedule {args.name}: its latest run has not finished; {done} ({overlap})"
+        else:
+            text = f"schedule {args.name}: started workflow {handle.id}"
+        return printable(text, one_line=True)
+
+    async def backfill(args: argparse.Namespace, client: DurableClient) -> str:
+        start, end = _moment("--start", args.start), _moment("--end", args.end)
+        started = await client.backfill_schedule(
+            args.name, start, end, overlap=check_overlap(args.overlap)
+        )
+        window = f"from {start.isoformat()} to {end.isoformat()}"
+        text = f"schedule {args.name}: backfill {window} started {len(started)} workflow(s)"
+        return printable("\n".join([printable(text, one_line=True), *started]))
+
     async def delete(args: argparse.Namespace, client: DurableClient) -> str:
         await client.delete_schedule(args.name)
         return printable(f"schedule {args.name} deleted", one_line=True)
@@ -90,13 +115,30 @@ def add_commands(commands: Any) -> None:
     adding.add_argument("--args", default="[]", help="positional arguments, a JSON array")
     adding.add_argument("--kwargs", default="{}", help="keyword arguments, a JSON object")
     adding.add_argument("--queue", help="the queue its workflows go to")
+    adding.add_argument("--overlap", default="allow_all", help=OVERLAP_HELP)
     adding.set_defaults(run=handler(add))
 
     listed = with_database(actions.add_parser("list", help="list schedules by name"))
     listed.add_argument("--json", action="store_true")
     listed.set_defaults(run=handler(listing))
 
+    filling = with_database(
+        actions.add_parser("backfill", help="start the workflows of a past window's ticks")
+    )
+    filling.add_argument("name", help="the schedule's name")
+    filling.add_argument(
+        "--start", required=True, help="the window's start, ISO 8601 (UTC if naive)"
+    )
+    filling.add_argument("--end", required=True, help="its end, excluded, at or before now")
+    filling.add_argument(
+        "--overlap",
+        default="allow_all",
+        help="allow_all (default: one run per tick), skip or buffer_one",
+    )
+    filling.set_defaults(run=handler(backfill))
+
     for name, work, text in (
+        ("trigger", trigger, "start a schedule's workflow now, as its overlap policy lets it"),
         ("pause", pause, "stop starting workflows on a schedule"),
         ("resume", resume, "start workflows on a paused schedule again, from its next tick"),
         ("delete", delete, "delete a schedule (not the workflows it started)"),
@@ -104,6 +146,24 @@ def add_commands(commands: Any) -> None:
         sub = with_database(actions.add_parser(name, help=text))
         sub.add_argument("name", help="the schedule's name")
         sub.set_defaults(run=handler(work))
+
+
+OVERLAP_HELP = (
+    "what a tick does while the latest run has not finished: allow_all (default), skip "
+    "or buffer_one"
+)
+
+
+def _moment(option: str, text: str) -> datetime:
+    """The moment an option gives in ISO 8601 (read in UTC without an offset)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"{option} is a moment in ISO 8601 ('2026-01-31T09:00', UTC without an offset), "
+            f"got {text[:80]!r}"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _schedule_json(row: ScheduleRecord) -> dict[str, Any]:
@@ -118,4 +178,7 @@ def _schedule_json(row: ScheduleRecord) -> dict[str, Any]:
         "catch_up": row.catch_up,
         "next_tick": iso(row.next_tick),
         "last_tick": iso(row.last_tick),
+        "overlap": row.overlap.value,
+        "latest_id": row.latest_id,
+        "buffered_tick": iso(row.buffered_tick),
     }
