@@ -30,7 +30,7 @@ from durable_core.errors import (
 from durable_core.seams.records import Settlement, StepStatus, WorkflowStatus
 from durable_core.sql import schema
 from durable_mysql import MySQLStore, ensure_database
-from tests.conftest import MYSQL_URL
+from tests.conftest import MYSQL_URL, scratch_name
 
 pytestmark = pytest.mark.anyio
 
@@ -154,7 +154,7 @@ async def test_a_refused_connection_is_not_mistaken_for_an_outage(url: str, said
 
 
 async def test_missing_tables_are_schema_missing(mysql_url: str) -> None:
-    url = f"{BASE_URL}/durable_test_noschema"
+    url = f"{BASE_URL}/{scratch_name('durable_test_noschema')}"
     await ensure_database(url)
     store = MySQLStore(url)
     await store.open()
