@@ -26,6 +26,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a supervisor's worker processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 @dataclass
 class Proc:
     """One worker process and where its output goes."""
@@ -79,9 +93,11 @@ class Fleet:
         poll_ms: int = 1000,
         url: str | None = None,
         uvloop: bool = False,
+        processes: int = 1,
     ) -> Proc:
         """A real ``python -m durable_core worker --app bench.app`` process (with
-        ``uvloop``: the same command on uvloop's event loop, :mod:`bench.uvloop_run`)."""
+        ``uvloop``: the same command on uvloop's event loop, :mod:`bench.uvloop_run`; with
+        ``processes`` above 1: its supervisor, ``--processes N``)."""
         env = {
             "WORKFLOW_CONCURRENCY": str(concurrency),
             "WORKFLOW_POLL_INTERVAL_MS": str(poll_ms),
@@ -95,6 +111,7 @@ class Fleet:
             "bench.app",
             "--database-url",
             url or self.url,
+            *(["--processes", str(processes)] if processes > 1 else []),
         ]
         return self._start("framework", command, env)
 

@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             args = build_parser().parse_args(argv)
+            args.argv = None if argv is None else list(argv)  # what a supervisor runs again
             code = _main(args)
         finally:
             sys.stdout.flush()  # here, not at exit: a reader gone shows up inside the try

@@ -9,12 +9,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+
 from ..caller.backends import DATABASE_URL_ENV, database_url_from_env
 from ..caller.client import DurableClient
 from ..definitions.registry import default_registry
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, FrameworkError
 from ..redaction import get_logger
 from ..runtime.config import WorkflowConfig
+from ..runtime.worker import single_error
 from ..sql.schema import SCHEMA_VERSION
 from .common import (
     APP_ENV,
@@ -26,6 +29,7 @@ from .common import (
     with_app,
     with_database,
 )
+from .supervisor import Supervised, Supervisor, child_command, process_count
 
 logger = get_logger("durable_core.cli")
 
@@ -69,7 +73,15 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="run on the embedded PostgreSQL (local use; without it the worker needs a URL)",
     )
-    worker.set_defaults(run=_worker)
+    worker.add_argument(
+        "--processes",
+        default="1",
+        metavar="N|auto",
+        help="worker processes on this machine, each with its own claim loop, under a "
+        "supervisor that starts a dead one again and drains them all on SIGTERM "
+        "(auto: one per core; default 1, no supervisor)",
+    )
+    worker.set_defaults(run=_worker_command, sync=True)
 
     start = with_app(with_database(commands.add_parser("start", help="start a workflow")))
     start.add_argument("name", help="the workflow's registered name (module.qualname)")
@@ -123,15 +135,55 @@ def add_commands(commands: Any) -> None:
     dashboard.set_defaults(run=_dashboard)
 
 
-async def _worker(args: argparse.Namespace) -> int:
-    from ..runtime.worker import WorkflowWorker
+def _worker_command(args: argparse.Namespace) -> int:
+    """``durable worker``: one worker in this process, or (``--processes`` N > 1) a
+    supervisor of N worker processes (:mod:`.supervisor`)."""
+    supervised = Supervised.from_env()
+    if supervised is not None:
+        try:
+            return anyio.run(_worker, args, supervised)
+        except (FrameworkError, BaseExceptionGroup) as exc:
+            error = single_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
+            if not isinstance(error, FrameworkError):
+                raise
+            # Its one line goes to the supervisor, which says it (once for all processes).
+            supervised.report(" ".join(str(error).split()))
+            return 2
+        finally:
+            supervised.close()
+    count = process_count(args.processes)
+    if count == 1:
+        return anyio.run(_worker, args, None)
+    if args.embedded:
+        raise ConfigurationError(
+            "--embedded runs one worker process: give --database-url (or "
+            f"${DATABASE_URL_ENV}) to run --processes {args.processes}"
+        )
+    _check_apps(args)
+    _check_database(args)
+    metrics = _metrics_address(args)
+    if metrics is not None and metrics[1] and metrics[1] + count - 1 > 65535:
+        raise ConfigurationError(
+            f"--metrics-port {metrics[1]}: worker process i serves metrics on that port + i, "
+            f"and {metrics[1] + count - 1} is past 65535"
+        )
+    return Supervisor(child_command(getattr(args, "argv", None)), count).run()
 
+
+def _check_apps(args: argparse.Namespace) -> list[str]:
     apps = app_modules(args)
     if not apps:
         raise ConfigurationError(
             f"durable worker needs --app MODULE, the module defining your workflows "
             f"(repeatable; or ${APP_ENV}=a,b)"
         )
+    return apps
+
+
+async def _worker(args: argparse.Namespace, supervised: Supervised | None) -> int:
+    from ..runtime.worker import WorkflowWorker
+
+    apps = _check_apps(args)
     _check_database(args)
     bootstrap = import_app(apps, args.bootstrap)
     if bootstrap is not None:
@@ -146,18 +198,29 @@ async def _worker(args: argparse.Namespace) -> int:
         )
     config = worker_config(args.concurrency, drain_timeout=args.drain_timeout).validate()
     metrics = _metrics_address(args)
+    worker_id = args.worker_id
+    if supervised is not None:
+        # Process i of a supervisor: its own metrics port and worker id.
+        if metrics is not None and metrics[1]:
+            metrics = (metrics[0], metrics[1] + supervised.index)
+        if worker_id:
+            worker_id = f"{worker_id}-{supervised.index}"
     url = None if args.embedded else args.database_url
     async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store:
-        if args.migrate:
-            await store.apply_schema()
-        worker = WorkflowWorker(store, config, worker_id=args.worker_id, queues=args.queue)
-        if metrics is None:
-            await worker.run(handle_signals=True)
-        else:
-            from ..observers.metrics import metrics_endpoint
-
-            async with metrics_endpoint(*metrics, store=store):
+        worker = WorkflowWorker(store, config, worker_id=worker_id, queues=args.queue)
+        async with anyio.create_task_group() as tasks:
+            if supervised is not None:
+                tasks.start_soon(supervised.serve, worker)
+            if args.migrate:
+                await store.apply_schema()
+            if metrics is None:
                 await worker.run(handle_signals=True)
+            else:
+                from ..observers.metrics import metrics_endpoint
+
+                async with metrics_endpoint(*metrics, store=store):
+                    await worker.run(handle_signals=True)
+            tasks.cancel_scope.cancel()
     if worker.abandoned:
         args.exit_now = True  # not after the threads of steps that never end: see main()
         return 1

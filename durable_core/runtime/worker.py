@@ -88,6 +88,9 @@ class WorkflowWorker:
         """Starts the workflows of due schedule ticks while the worker claims."""
         self._scheduling = anyio.CancelScope()
         self._started_at = utcnow()
+        self._outer: TaskGroup | None = None
+        self.started = anyio.Event()
+        """Set once the worker has passed its checks and begins to claim."""
 
     @property
     def in_flight(self) -> int:
@@ -123,6 +126,23 @@ class WorkflowWorker:
         self._scheduling.cancel()
         self._wake.set()
         self._slot_free.set()
+
+    def abandon(self, why: str = "asked to stop at once") -> None:
+        """Stop at once: cancel the in-flight workflows (their leases expire and another
+        worker reclaims them); ``run()`` returns with :attr:`abandoned` true. Before
+        ``run()`` has begun, the same as :meth:`stop`."""
+        if self._outer is None:
+            self.stop()
+            return
+        logger.warning(
+            "%s: abandoning %d in-flight workflows; their leases expire and another worker "
+            "reclaims them",
+            why,
+            self._in_flight,
+            extra={"worker_id": self.worker_id},
+        )
+        self._abandoned = True
+        self._outer.cancel_scope.cancel()
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Claim and run workflows until :meth:`stop` (or a signal, with ``handle_signals``),
@@ -176,7 +196,9 @@ class WorkflowWorker:
         observers().durable_worker_started(
             worker_id=self.worker_id, concurrency=self.config.concurrency
         )
+        self.started.set()
         async with anyio.create_task_group() as outer:
+            self._outer = outer
             if handle_signals:
                 outer.start_soon(self._watch_signals, outer)
             outer.start_soon(self._bound_drain, outer)
@@ -304,15 +326,7 @@ class WorkflowWorker:
                     )
                     self.stop()
                 else:
-                    logger.warning(
-                        "received %s again: abandoning %d in-flight workflows; their leases "
-                        "expire and another worker reclaims them",
-                        signal.Signals(signum).name,
-                        self._in_flight,
-                        extra={"worker_id": self.worker_id},
-                    )
-                    self._abandoned = True
-                    outer.cancel_scope.cancel()
+                    self.abandon(f"received {signal.Signals(signum).name} again")
                     return
 
     async def _claim_loop(self, claimer: Claimer, running: TaskGroup) -> None:
