@@ -26,23 +26,21 @@ from durable_core.sql import SQLDialect, Statements, const
 from durable_core.sql.coltypes import UTCDateTime
 from durable_core.sql.connector import Params
 from durable_core.sql.rows import STEP_FIELDS
-from durable_core.sql.statements import (
-    CLAIMED_COLUMNS,
-    NEW_WORKFLOW_FIELDS,
+from durable_core.sql.rules import (
     PENDING,
     RUNNING,
     TRY_SOURCE,
     WAITING,
-    att,
     expired,
     new_workflow,
-    new_workflow_values,
     param,
+    record_attempt,
     record_tries,
     st,
     take_lease,
     wf,
 )
+from durable_core.sql.statements import CLAIMED_COLUMNS, NEW_WORKFLOW_FIELDS, new_workflow_values
 
 
 def _unbounded(kind: sa.types.TypeEngine[Any]) -> sa.types.TypeEngine[Any]:
@@ -180,17 +178,8 @@ class PostgresStatements(Statements):
 
     def recorded(self, settle: sa.Update) -> sa.Executable:
         ended = settle.returning(wf.c.id).cte("ended")
-        history = sa.select(
-            ended.c.id,
-            param("attempt_no", sa.Integer()),
-            param("worker_name", sa.String()),
-            param("started", UTCDateTime()),
-            sa.func.now(),
-            param("ended_as", sa.String()),
-            param("error_json", sa.Text()),
-        )
-        columns = ["workflow_id", "attempt", "worker", "started_at", "ended_at", "outcome"]
-        return att.insert().from_select([*columns, "error"], history).add_cte(ended)
+        history = sa.select(*self.attempt_history(ended.c.id, sa.func.now()))
+        return record_attempt(history).add_cte(ended)
 
     def tried(self, fail: sa.Update) -> sa.Executable:
         failed = fail.returning(*(st.c[name] for name in (*TRY_SOURCE, "error"))).cte("failed")

@@ -2,10 +2,11 @@
 
 Each write arrives as one element of parallel arrays (``unnest``) and is fenced by its
 own lease, joined on the workflow row, so a write whose lease is gone is left out
-alone and never blocks the rest. The statement is built from the same rules as the
-single-row statements (:mod:`durable_core.sql.statements`): the step upsert of
-``start_step``/``complete_step``/``fail_step`` (a failed try with its history row) and
-the settle of ``settle``, with its history row.
+alone and never blocks the rest. The statement applies the rules of
+:mod:`durable_core.sql.rules` to those arrays' columns, as the single-row statements
+apply them to parameters: fencing (``holds``), the step upsert (``put_step``, a failed
+try with its history row by ``record_tries``), the settle (``settle``) and the
+attempt's history row (``attempt_row``).
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ from durable_core.seams.records import Settlement, StepStatus, StepWrite, settle
 from durable_core.sql import const
 from durable_core.sql.coltypes import UTCDateTime
 from durable_core.sql.connector import Params, Row
-from durable_core.sql.statements import (
+from durable_core.sql.rules import (
     PENDING,
     TRY_SOURCE,
-    att,
+    attempt_row,
+    holds,
     param,
+    put_step,
+    record_attempt,
     record_tries,
-    release,
+    settle,
     st,
+    step_row,
     wf,
 )
 
@@ -69,6 +74,9 @@ def _rows(prefix: str, arrays: dict[str, sa.types.TypeEngine[Any]]) -> Any:
     return sa.func.unnest(*columns).table_valued(*arrays).render_derived(name=prefix)
 
 
+_DIALECT = PostgresDialect()
+
+
 def _put_steps(new_try: bool, settled: Any = None) -> Any:
     """Insert or update the step rows whose ``new_try`` is ``new_try``: with ``settled``,
     the last steps of the settlements that landed (whose rows the settle locked); without,
@@ -78,50 +86,27 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
     ended = sa.case((s.c.status == const(StepStatus.RUNNING.value), sa.null()), else_=now)
     tried = s.c.new_try if new_try else sa.not_(s.c.new_try)
     if settled is None:
-        held_by = s.join(wf, sa.and_(wf.c.id == s.c.workflow, wf.c.lock_token == s.c.token))
+        held_by = s.join(wf, holds(s.c.workflow, s.c.token))
         which = sa.and_(tried, sa.not_(s.c.settling))
     else:
         held_by = s.join(settled, settled.c.id == s.c.workflow)
         which = sa.and_(tried, s.c.settling)
-    held = (
-        sa.select(
-            s.c.workflow,
-            s.c.step_index,
-            s.c.step_name,
-            s.c.status,
-            s.c.input,
-            s.c.output,
-            s.c.error,
-            const(1),
-            now - s.c.ran * _SECOND,
-            ended,
-            s.c.path,
-        )
-        .select_from(held_by)
-        .where(which)
+    row = step_row(
+        workflow=s.c.workflow,
+        index=s.c.step_index,
+        name=s.c.step_name,
+        status=s.c.status,
+        input=s.c.input,
+        output=s.c.output,
+        error=s.c.error,
+        started=now - s.c.ran * _SECOND,
+        completed=ended,
+        path=s.c.path,
     )
+    held = sa.select(*row).select_from(held_by).where(which)
     if settled is None:
         held = held.with_for_update(read=True, of=wf)
-    columns = ["workflow_id", "step_index", "step_name", "status", "input", "output", "error"]
-    insert = postgresql.insert(st).from_select(
-        [*columns, "attempts", "started_at", "completed_at", "path"], held
-    )
-    new = insert.excluded
-    put = insert.on_conflict_do_update(
-        index_elements=[st.c.workflow_id, st.c.step_index],
-        set_={
-            "step_name": new.step_name,
-            "status": new.status,
-            "input": new.input,
-            "output": new.output,
-            "error": new.error,
-            # A new try counts on the row and starts it again; ending a try keeps its start.
-            "attempts": st.c.attempts + const(1) if new_try else st.c.attempts,
-            "started_at": new.started_at if new_try else st.c.started_at,
-            "completed_at": new.completed_at,
-            "path": new.path,
-        },
-    )
+    put: Any = put_step(_DIALECT, held, new_try=new_try)
     name = ("tried" if new_try else "ended_steps") + ("_settled" if settled is not None else "")
     # The rows as written, for the failed tries' history rows (record_tries).
     return put.returning(*(st.c[column] for column in (*TRY_SOURCE, "error"))).cte(name)
@@ -130,29 +115,36 @@ def _put_steps(new_try: bool, settled: Any = None) -> Any:
 def _settle() -> tuple[Any, Any]:
     """End the attempts (retries due after their delay), each fenced by its lease, and
     record each ended attempt's history row: the two CTEs."""
-    dialect, x = PostgresDialect(), _rows("x", _SETTLE_ARRAYS)
-    now, retry = sa.func.now(), x.c.status == PENDING
+    x = _rows("x", _SETTLE_ARRAYS)
     settled = (
         wf.update()
-        .where(wf.c.id == x.c.workflow, wf.c.lock_token == x.c.token)
+        .where(holds(x.c.workflow, x.c.token))
         .values(
-            status=x.c.status,
-            output=x.c.output,
-            error=x.c.error,
-            run_at=sa.case((retry, now + x.c.delay * _SECOND), else_=wf.c.run_at),
-            completed_at=sa.case((retry, wf.c.completed_at), else_=now),
-            **release(dialect),
+            settle(
+                _DIALECT,
+                status=x.c.status,
+                output=x.c.output,
+                error=x.c.error,
+                retry=x.c.status == PENDING,
+                retry_at=PostgresDialect.seconds_after_now(x.c.delay),
+            )
         )
         .returning(wf.c.id)
         .cte("settled")
     )
     h = _rows("x", _SETTLE_ARRAYS)
     history = sa.select(
-        h.c.workflow, h.c.attempt_no, h.c.worker_name, h.c.started, now, h.c.ended_as, h.c.error
+        *attempt_row(
+            workflow=h.c.workflow,
+            attempt=h.c.attempt_no,
+            worker=h.c.worker_name,
+            started=h.c.started,
+            ended=sa.func.now(),
+            outcome=h.c.ended_as,
+            error=h.c.error,
+        )
     ).select_from(h.join(settled, settled.c.id == h.c.workflow))
-    columns = ["workflow_id", "attempt", "worker", "started_at", "ended_at", "outcome", "error"]
-    recorded = att.insert().from_select(columns, history).cte("recorded")
-    return settled, recorded
+    return settled, record_attempt(history).cte("recorded")
 
 
 TRIED, ENDED, SETTLED, TRIED_LAST, ENDED_LAST, FAILED = (

@@ -21,8 +21,9 @@ from . import errors, migrations
 from .connector import Connector, Params, Row, Session
 from .dialect import SQLDialect
 from .repeats import check_repeats, unique_starts
+from .rules import wf
 from .schema import SCHEMA_VERSION
-from .statements import Statements, wf
+from .statements import Statements
 
 
 class SQLStoreBase:

@@ -10,8 +10,9 @@ from typing import Any
 from ..seams.operators import Activity, ErrorCount, WorkflowFilter
 from ..seams.records import StepRecord, WorkflowStatus
 from .base import SQLStoreBase
+from .listing import OperatorStatements, filter_params
 from .rows import step_from_row
-from .statements import RETRYABLE, OperatorStatements, filter_params
+from .statements import RETRYABLE
 
 
 def _statuses(statuses: Sequence[WorkflowStatus] | None) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from ..seams.records import (
     WorkflowStatus,
 )
 from .base import SQLStoreBase
+from .listing import filter_params
 from .rows import (
     attempt_from_row,
     record_from_row,
@@ -23,7 +24,6 @@ from .rows import (
     step_try_from_row,
     workflow_status,
 )
-from .statements import filter_params
 
 
 class ReadOperations(SQLStoreBase):

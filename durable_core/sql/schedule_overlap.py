@@ -19,8 +19,8 @@ from ..seams.records import NewWorkflow, WorkflowStatus
 from . import schema
 from .base import SQLStoreBase
 from .dialect import SQLDialect
+from .rules import param, wf
 from .schedules import schedule_from_row
-from .statements import param, wf
 
 sc = schema.workflow_schedules
 

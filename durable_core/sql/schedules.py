@@ -23,7 +23,7 @@ from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect
 from .errors import Failure
-from .statements import param
+from .rules import param
 
 sc = schema.workflow_schedules
 

@@ -1,9 +1,10 @@
-"""The rules about a workflow row, each written once as SQLAlchemy Core.
+"""The single-row statements of the shared SQL store, built from the rules.
 
-Leasing, fencing, settling, retrying and cancelling are expressed here and
-nowhere else; a :class:`~durable_core.sql.dialect.SQLDialect` only supplies
-how its database spells the clock and an upsert. :class:`Statements` builds
-every statement once per store, so a connector can compile each one once.
+Fencing, leasing, settling, the attempt's history row and the step row's upsert
+are :mod:`durable_core.sql.rules`'; retrying, cancelling, waiting and forking are
+written here once. :class:`Statements` builds every statement once per store, so
+a connector can compile each one once. The listing queries are
+:mod:`durable_core.sql.listing`'s.
 
 Parameters are named: ``workflow`` and ``token`` identify a lease,
 ``lease_seconds`` / ``delay_seconds`` are durations from the database's now.
@@ -13,7 +14,7 @@ No parameter shares a column's name (SQLAlchemy reserves those in UPDATEs).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,17 +24,35 @@ from . import schema
 from .coltypes import UTCDateTime
 from .connector import Params
 from .dialect import SQLDialect, const
+from .listing import list_workflows
 from .rows import STEP_FIELDS
+from .rules import (
+    PENDING,
+    RUNNING,
+    WAITING,
+    att,
+    attempt_row,
+    due,
+    expired,
+    holds,
+    new_workflow,
+    param,
+    put_step,
+    record_attempt,
+    record_tries,
+    release,
+    settle,
+    st,
+    status_in,
+    step_row,
+    take_lease,
+    tr,
+    wf,
+    woken,
+)
 
-wf = schema.workflows
-st = schema.workflow_steps
 msg = schema.workflow_messages
 ev = schema.workflow_events
-att = schema.workflow_attempts
-tr = schema.workflow_step_tries
-
-PENDING, RUNNING = const(WorkflowStatus.PENDING.value), const(WorkflowStatus.RUNNING.value)
-WAITING = const(WorkflowStatus.WAITING.value)
 RETRYABLE = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
 CANCELLABLE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING, WorkflowStatus.WAITING)
 TERMINAL = (WorkflowStatus.SUCCEEDED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
@@ -71,163 +90,6 @@ def new_workflow_values(row: NewWorkflow) -> dict[str, Any]:
     values["delay_seconds"] = float(row.delay_seconds)
     values["timeout_seconds"] = row.timeout_seconds
     return values
-
-
-def param(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
-    """A named statement parameter."""
-    return sa.bindparam(name, type_=type_)
-
-
-def status_in(statuses: Sequence[WorkflowStatus]) -> sa.ColumnElement[bool]:
-    return wf.c.status.in_([const(s.value) for s in statuses])
-
-
-# -- the rules ---------------------------------------------------------------------------------
-
-
-def holds() -> sa.ColumnElement[bool]:
-    """Fencing: the workflow is still held by the lease ``workflow`` / ``token``."""
-    return sa.and_(wf.c.id == param("workflow"), wf.c.lock_token == param("token"))
-
-
-def due(dialect: SQLDialect) -> sa.ColumnElement[bool]:
-    """Pending, and its time has come."""
-    return sa.and_(wf.c.status == PENDING, wf.c.run_at <= dialect.now())
-
-
-def expired(dialect: SQLDialect) -> sa.ColumnElement[bool]:
-    """Running under a lease that has run out: its worker is gone, anyone may take it."""
-    return sa.and_(wf.c.status == RUNNING, wf.c.locked_until < dialect.now())
-
-
-def woken(dialect: SQLDialect) -> sa.ColumnElement[bool]:
-    """Waiting, and its deadline has passed: the sleep is over, the receive timed out."""
-    return sa.and_(wf.c.status == WAITING, wf.c.run_at <= dialect.now())
-
-
-def take_lease(dialect: SQLDialect, token: sa.ColumnElement[Any]) -> dict[str, Any]:
-    """What leasing a workflow to ``worker`` writes: each lease is one more attempt."""
-    return {
-        "status": RUNNING,
-        "attempts": wf.c.attempts + const(1),
-        "locked_by": param("worker"),
-        "lock_token": token,
-        "locked_until": dialect.after("lease_seconds"),
-        "waiting_for": sa.null(),
-        "started_at": sa.func.coalesce(wf.c.started_at, dialect.now()),
-        "updated_at": dialect.now(),
-    }
-
-
-def release(dialect: SQLDialect) -> dict[str, Any]:
-    """What ending an attempt writes besides its outcome: nobody holds the workflow."""
-    return {
-        "locked_by": sa.null(),
-        "lock_token": sa.null(),
-        "locked_until": sa.null(),
-        "updated_at": dialect.now(),
-    }
-
-
-def new_workflow(
-    source: Mapping[str, sa.ColumnElement[Any]],
-    *,
-    now: sa.ColumnElement[Any],
-    run_at: sa.ColumnElement[Any],
-    deadline: sa.ColumnElement[Any],
-) -> dict[str, Any]:
-    """The row of a workflow being started, from ``source``'s id, name, input and max_attempts."""
-    return {
-        "id": source["id"],
-        "name": source["name"],
-        "status": PENDING,
-        "input": source["input"],
-        "attempts": const(0),
-        "max_attempts": source["max_attempts"],
-        "parent_id": source["parent_id"],
-        "queue": source["queue"],
-        "priority": source["priority"],
-        "concurrency_key": source["concurrency_key"],
-        "headers": source["headers"],
-        "run_at": run_at,
-        "deadline": deadline,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
-TRY_SOURCE = ("workflow_id", "step_index", "status", "attempts", "started_at", "completed_at")
-"""The step columns :func:`record_tries` reads (besides ``error``): what a statement that
-writes failed step rows returns for their tries to be kept."""
-
-
-def step_try(step: sa.FromClause) -> dict[str, Any]:
-    """The ``workflow_step_tries`` row of the try a step row records (``step``: the step
-    table, or the :data:`TRY_SOURCE` columns a statement returned): its number is the row's
-    ``attempts``."""
-    return {
-        "workflow_id": step.c.workflow_id,
-        "step_index": step.c.step_index,
-        "try_number": step.c.attempts,
-        "started_at": step.c.started_at,
-        "ended_at": step.c.completed_at,
-        "error": step.c.error,
-    }
-
-
-def record_tries(step: sa.FromClause, *where: sa.ColumnElement[bool]) -> sa.Insert:
-    """Keep the try of each failed step row of ``step`` (filtered by ``where``)."""
-    values = step_try(step)
-    failed = step.c.status == const(StepStatus.FAILED.value)
-    return tr.insert().from_select(list(values), sa.select(*values.values()).where(failed, *where))
-
-
-def _after_cursor() -> list[sa.ColumnElement[bool]]:
-    """Listed after the row ``before`` (newest first): an older row, or as old and a
-    smaller id. The first condition alone is the index range; the second settles ties."""
-    cursor = wf.alias("cursor")
-    created = sa.select(cursor.c.created_at).where(cursor.c.id == param("before"))
-    at = created.scalar_subquery()
-    return [
-        wf.c.created_at <= at,
-        sa.or_(wf.c.created_at < at, wf.c.id < param("before")),
-    ]
-
-
-ERROR_PREFIX = '{"type": "'
-"""How every error the library records begins (``failures.dump_error``: its type first)."""
-
-
-def error_type(dialect: SQLDialect) -> sa.ColumnElement[Any]:
-    """The type of a row's recorded error (``builtins.KeyError``); NULL when there is none,
-    or it was not recorded with a type first."""
-    start = len(ERROR_PREFIX)
-    recorded = sa.func.substr(wf.c.error, 1, start) == sa.literal(ERROR_PREFIX)
-    rest = sa.func.substr(wf.c.error, start + 1)
-    return sa.case((recorded, dialect.before_quote(rest)), else_=sa.null())
-
-
-_LIST_FILTERS: dict[str, Callable[[SQLDialect], list[sa.ColumnElement[bool]]]] = {
-    "status": lambda d: [wf.c.status == param("status")],
-    "name": lambda d: [wf.c.name == param("name")],
-    "queue": lambda d: [wf.c.queue == param("queue_name")],
-    "parent_id": lambda d: [wf.c.parent_id == param("parent")],
-    "error_type": lambda d: [error_type(d) == param("error_kind")],
-    "created_after": lambda d: [wf.c.created_at >= param("created_after", UTCDateTime())],
-    "created_before": lambda d: [wf.c.created_at < param("created_before", UTCDateTime())],
-    "before": lambda d: _after_cursor(),
-}
-"""How each filter of ``list_workflows`` is written; the parameter is the filter's value."""
-
-LIST_PARAMS = {"parent_id": "parent", "queue": "queue_name", "error_type": "error_kind"}
-"""The parameter of each filter whose name is a column's (or would read as one)."""
-
-
-def filter_params(filters: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters of the filters ``filters`` (by filter name; a status by its value)."""
-    return {
-        LIST_PARAMS.get(key, key): getattr(value, "value", value) for key, value in filters.items()
-    }
 
 
 class Statements:
@@ -331,14 +193,13 @@ class Statements:
         )
 
         # -- attempt history: one row per ended attempt
-        self.record_attempt = att.insert().values(
-            workflow_id=param("workflow"),
-            attempt=param("attempt_no", sa.Integer()),
-            worker=param("worker_name"),
-            started_at=param("started", UTCDateTime()),
-            ended_at=sa.func.coalesce(param("ended", UTCDateTime()), now),
-            outcome=param("ended_as"),
-            error=param("error_json"),
+        self.record_attempt = record_attempt(
+            sa.select(
+                *self.attempt_history(
+                    param("workflow", sa.String()),
+                    sa.func.coalesce(param("ended", UTCDateTime()), now),
+                )
+            )
         )
         self.load_attempts = (
             sa.select(att.c.attempt, att.c.worker, att.c.started_at, att.c.ended_at)
@@ -426,7 +287,7 @@ class Statements:
             output=param("output_json"),
             completed_at=sa.null(),
             exclusive=True,
-            error=st.c.error,  # a step waiting out a retry keeps its last error
+            keep_error=True,  # a step waiting out a retry keeps its last error
         )
         self.complete_step = self._finish_step(
             status=const(StepStatus.SUCCEEDED.value), output=param("output_json"), error=sa.null()
@@ -446,22 +307,27 @@ class Statements:
             wf.update()
             .where(holds())
             .values(
-                status=PENDING,
-                output=param("output_json"),
-                error=param("error_json"),
-                run_at=d.after("delay_seconds"),
-                **release(d),
+                settle(
+                    d,
+                    status=PENDING,
+                    output=param("output_json"),
+                    error=param("error_json"),
+                    retry=True,
+                    retry_at=d.after("delay_seconds"),
+                )
             )
         )
         self.settle_final = (
             wf.update()
             .where(holds())
             .values(
-                status=param("outcome"),
-                output=param("output_json"),
-                error=param("error_json"),
-                completed_at=now,
-                **release(d),
+                settle(
+                    d,
+                    status=param("outcome"),
+                    output=param("output_json"),
+                    error=param("error_json"),
+                    retry=False,
+                )
             )
         )
         self.settle_retry_recorded = self.recorded(self.settle_retry)
@@ -474,20 +340,28 @@ class Statements:
         return [new_workflow_values(row) for row in rows]
 
     def list_workflows(self, filters: frozenset[str]) -> sa.Select[Any]:
-        """The newest workflows first, filtered by the parameters named in ``filters``:
-        ``status``, ``name``, ``queue``, ``parent_id``, ``error_type``, ``created_after``,
-        ``created_before`` and ``before`` (the id of the row the page continues after)."""
+        """The newest workflows first, filtered by the parameters named in ``filters``
+        (:func:`durable_core.sql.listing.list_workflows`), built once per set."""
         query = self._lists.get(filters)
         if query is None:
-            query = (
-                sa.select(wf)
-                .order_by(wf.c.created_at.desc(), wf.c.id.desc())
-                .limit(param("limit", sa.Integer()))
-            )
-            for name in sorted(filters):
-                query = query.where(*_LIST_FILTERS[name](self.dialect))
-            self._lists[filters] = query
+            query = self._lists[filters] = list_workflows(self.dialect, filters)
         return query
+
+    def attempt_history(
+        self, workflow: sa.ColumnElement[Any], ended: sa.ColumnElement[Any]
+    ) -> list[sa.ColumnElement[Any]]:
+        """The history row of the attempt of ``workflow`` ended at ``ended``, its other
+        values the parameters ``attempt_no``, ``worker_name``, ``started``, ``ended_as``
+        and ``error_json``."""
+        return attempt_row(
+            workflow=workflow,
+            attempt=param("attempt_no", sa.Integer()),
+            worker=param("worker_name", sa.String()),
+            started=param("started", UTCDateTime()),
+            ended=ended,
+            outcome=param("ended_as", sa.String()),
+            error=param("error_json", sa.Text()),
+        )
 
     def recorded(self, settle: sa.Update) -> sa.Executable | None:
         """``settle`` and the attempt's history row in one statement, where the database can
@@ -556,51 +430,33 @@ class Statements:
         completed_at: sa.ColumnElement[Any],
         exclusive: bool = False,
         tries: bool = False,
-        error: sa.ColumnElement[Any] | None = None,
+        keep_error: bool = False,
     ) -> sa.Executable:
-        """Insert or reset the step row ``index`` as ``status``, fenced by the lease.
+        """Insert or reset the step row ``index`` as ``status``, fenced by the lease (the
+        workflow row read FOR SHARE, or FOR UPDATE when ``exclusive``).
 
         ``tries`` counts one more try of the step on an existing row.
         """
         d = self.dialect
-        # The workflow row is read FOR SHARE: a concurrent reclaim (FOR UPDATE) either
-        # committed first, and the token no longer matches, or waits for this write.
         held = (
             sa.select(
-                wf.c.id,
-                param("index", sa.Integer()),
-                param("step_name", sa.String()),
-                status,
-                param("input", sa.Text()),
-                output,
-                const(1),
-                d.now(),
-                completed_at,
-                param("path", sa.String()),
+                *step_row(
+                    workflow=wf.c.id,
+                    index=param("index", sa.Integer()),
+                    name=param("step_name", sa.String()),
+                    status=status,
+                    input=param("input", sa.Text()),
+                    output=output,
+                    error=sa.null(),
+                    started=d.now(),
+                    completed=completed_at,
+                    path=param("path", sa.String()),
+                )
             )
             .where(holds())
             .with_for_update(read=not exclusive)
         )
-        columns = ["workflow_id", "step_index", "step_name", "status", "input", "output"]
-        insert = d.insert(st).from_select(
-            [*columns, "attempts", "started_at", "completed_at", "path"], held
-        )
-        return d.upsert(
-            insert,
-            [st.c.workflow_id, st.c.step_index],
-            lambda new: {
-                "step_name": new("step_name"),
-                "status": new("status"),
-                "input": new("input"),
-                "output": new("output"),
-                "error": sa.null() if error is None else error,
-                "attempts": st.c.attempts + const(1) if tries else st.c.attempts,
-                # A new try starts the row again; ending a wait keeps when it began.
-                "started_at": new("started_at") if tries else st.c.started_at,
-                "completed_at": new("completed_at"),
-                "path": new("path"),
-            },
-        )
+        return put_step(d, held, new_try=tries, keep_error=keep_error)
 
     def _finish_step(self, **values: Any) -> sa.Update:
         held = sa.exists(sa.select(wf.c.id).where(holds()).with_for_update(read=True))
@@ -612,105 +468,4 @@ class Statements:
                 held,
             )
             .values(completed_at=self.dialect.now(), **values)
-        )
-
-
-class OperatorStatements:
-    """The statements behind an operator's questions: counts and groupings of the workflows
-    a filter covers, the ids a bulk action walks, what happened over a window, a page of
-    steps. Built once per store, each filtered statement when first used."""
-
-    def __init__(self, dialect: SQLDialect) -> None:
-        self.dialect = d = dialect
-        self._built: dict[tuple[str, frozenset[str], tuple[str, ...]], sa.Select[Any]] = {}
-        self.error_type = error_type(d).label("error_type")
-        since = d.after("window_seconds")  # a negative duration: the window's start
-        self.ended = (
-            sa.select(wf.c.queue, wf.c.status, sa.func.count().label("n"))
-            .where(wf.c.completed_at >= since)
-            .group_by(wf.c.queue, wf.c.status)
-        )
-        waited = d.seconds_between(wf.c.created_at, wf.c.started_at)
-        self.created = (
-            sa.select(
-                wf.c.queue,
-                sa.func.count().label("created"),
-                sa.func.count(wf.c.started_at).label("started"),
-                sa.func.avg(waited).label("latency_avg"),
-                sa.func.max(waited).label("latency_max"),
-            )
-            .where(wf.c.created_at >= since)
-            .group_by(wf.c.queue)
-        )
-        self.steps_page = (
-            sa.select(*(st.c[name] for name in STEP_FIELDS), st.c.started_at, st.c.completed_at)
-            .where(
-                st.c.workflow_id == param("workflow"),
-                st.c.step_index >= param("first", sa.Integer()),
-            )
-            .order_by(st.c.step_index)
-            .limit(param("limit", sa.Integer()))
-        )
-
-    def _where(
-        self, query: sa.Select[Any], filters: frozenset[str], statuses: tuple[str, ...]
-    ) -> sa.Select[Any]:
-        for name in sorted(filters):
-            query = query.where(*_LIST_FILTERS[name](self.dialect))
-        if statuses:
-            query = query.where(status_in([WorkflowStatus(s) for s in statuses]))
-        return query
-
-    def _cached(
-        self,
-        kind: str,
-        filters: frozenset[str],
-        statuses: tuple[str, ...],
-        build: Callable[[], sa.Select[Any]],
-    ) -> sa.Select[Any]:
-        key = (kind, filters, statuses)
-        query = self._built.get(key)
-        if query is None:
-            query = self._built[key] = self._where(build(), filters, statuses)
-        return query
-
-    def count(self, filters: frozenset[str], statuses: tuple[str, ...] = ()) -> sa.Select[Any]:
-        """How many workflows the filters (``list_workflows``'s, but ``before``) cover, of
-        ``statuses`` only when given."""
-        return self._cached(
-            "count", filters, statuses, lambda: sa.select(sa.func.count().label("n"))
-        )
-
-    def ids(
-        self, filters: frozenset[str], statuses: tuple[str, ...], *, lock: bool = False
-    ) -> sa.Select[Any]:
-        """The ids the filters cover, of ``statuses``, in id order after the id ``after``
-        (``""``: from the first), ``limit`` of them; locked for update with ``lock``."""
-        select = (
-            sa.select(wf.c.id)
-            .where(wf.c.id > param("after"))
-            .order_by(wf.c.id)
-            .limit(param("limit", sa.Integer()))
-        )
-        if lock:
-            return self._cached("locked ids", filters, statuses, select.with_for_update)
-        return self._cached("ids", filters, statuses, lambda: select)
-
-    def error_counts(self, filters: frozenset[str]) -> sa.Select[Any]:
-        """The workflows the filters cover that recorded an error, counted by name and error
-        type, the most frequent first (``limit`` groups)."""
-        n = sa.func.count().label("n")
-        return self._cached(
-            "errors",
-            filters,
-            (),
-            lambda: (
-                sa.select(
-                    wf.c.name, self.error_type, n, sa.func.max(wf.c.updated_at).label("latest")
-                )
-                .where(wf.c.error.is_not(None))
-                .group_by(wf.c.name, self.error_type)
-                .order_by(n.desc(), wf.c.name)
-                .limit(param("limit", sa.Integer()))
-            ),
         )

@@ -18,7 +18,7 @@ from ..seams.talk_roles import Watch, check_key
 from . import errors, schema
 from .base import SQLStoreBase
 from .dialect import SQLDialect, const
-from .statements import holds, param, wf
+from .rules import holds, param, wf
 
 sm = schema.workflow_streams
 

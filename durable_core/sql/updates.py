@@ -18,7 +18,7 @@ from . import errors, schema
 from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect, const
-from .statements import holds, param, wf
+from .rules import holds, param, wf
 
 up = schema.workflow_updates
 

@@ -16,7 +16,7 @@ from . import schema
 from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect
-from .statements import param
+from .rules import param
 
 wk = schema.workflow_workers
 
