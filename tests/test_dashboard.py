@@ -41,6 +41,7 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.dashboard.serve import check_serving
+from durable_core.definitions.schedules import tick_workflow_id
 from durable_core.errors import ConfigurationError
 from durable_core.seams.operators import WorkerRecord, WorkflowFilter
 from durable_core.testing import WorkflowRunner
@@ -540,6 +541,18 @@ async def _on_call(seeded: Seeded, driver: WebDriver, base: str) -> None:
     driver.get(base + "/schedules")
     _wait_for(driver, "tr.schedule .runs .status", "succeeded")
     _shot(driver, "schedules")
+    # Backfill: a past window's ticks, one run each.
+    form = driver.find_element(By.CSS_SELECTOR, "form.backfill")
+    form.find_element(By.NAME, "start").send_keys("2026-01-01T00:00")
+    form.find_element(By.NAME, "end").send_keys("2026-01-03T00:00")
+    form.find_element(By.CSS_SELECTOR, "button.backfill").click()
+    _accept(driver)
+    _wait_for(driver, "#notice", "Backfilled: started 2 workflows")
+    for day in (1, 2):
+        tick = datetime(2026, 1, day, 3, tzinfo=UTC)
+        backfilled = await client.get(tick_workflow_id("nightly-checkout", tick))
+        assert backfilled.headers is not None
+        assert backfilled.headers["durable-schedule-tick"] == tick.isoformat()
 
     # Keeping up: the last hour and day, as the database counts them.
     driver.get(base + "/queues")

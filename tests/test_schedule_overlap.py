@@ -135,3 +135,27 @@ async def test_a_backfill_under_buffer_one_starts_the_first_and_keeps_the_second
     found = await client.get_schedule("daily")
     assert (found.latest_id, found.buffered_tick) == (ids[0], start + timedelta(days=1))
     assert await client.backfill_schedule("daily", start, start + SECOND, overlap="skip") == []
+
+
+async def test_the_dashboard_backfills_and_says_what_a_held_trigger_did(
+    sqlite_store: SQLiteStore,
+) -> None:
+    import httpx
+
+    from durable_core.dashboard import create_app
+
+    client = DurableClient(sqlite_store)
+    await client.add_schedule("d", job, Schedule("0 0 * * *", args=["x"], overlap=Overlap.SKIP))
+    transport = httpx.ASGITransport(app=create_app(client))
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as web:
+        window = {"schedule": "d", "start": "2026-01-01T00:00", "end": "2026-01-03T00:00"}
+        filled = await web.post("/schedules/backfill", data=window, follow_redirects=True)
+        assert "Backfilled: started 2 workflows" in filled.text
+        assert await started(client) == sorted(
+            tick_workflow_id("d", datetime(2026, 1, day, tzinfo=UTC)) for day in (1, 2)
+        )
+        bad = await web.post("/schedules/backfill", data={**window, "start": "soon"})
+        assert bad.status_code == 400 and "a backfill&#39;s start is a moment" in bad.text
+        assert (await web.post("/schedules/trigger", data={"schedule": "d"})).status_code == 303
+        held = await web.post("/schedules/trigger", data={"schedule": "d"}, follow_redirects=True)
+        assert "the trigger started nothing (skip)" in held.text

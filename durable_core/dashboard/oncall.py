@@ -167,7 +167,9 @@ class OnCallPages:
         return self._page(request, "schedules.html", {"rows": rows})
 
     async def schedule_act(self, request: Request) -> Response:
-        """``pause``, ``resume`` or ``trigger`` the schedule named by the form's ``schedule``."""
+        """``pause``, ``resume``, ``trigger`` or ``backfill`` the schedule named by the form's
+        ``schedule`` (a backfill's window: ``start`` and ``end``, read in UTC without an
+        offset, and its ``overlap``)."""
         action = request.path_params["action"]
         fields = parse_qs((await request.body()).decode("utf-8", "replace"))
         name = (fields.get("schedule") or [""])[-1]
@@ -182,6 +184,12 @@ class OnCallPages:
                 return RedirectResponse(f"{url}?notice=trigger-held", status_code=303)
             url = request.url_for("workflow", workflow_id=handle.id)
             return RedirectResponse(f"{url}?notice=triggered", status_code=303)
+        elif action == "backfill":
+            start, end = (_window_end(w, (fields.get(w) or [""])[-1]) for w in ("start", "end"))
+            overlap = (fields.get("overlap") or ["allow_all"])[-1]
+            started = await self.client.backfill_schedule(name, start, end, overlap=overlap)
+            query = urlencode({"notice": "backfilled", "count": len(started)})
+            return RedirectResponse(f"{request.url_for('schedules')}?{query}", status_code=303)
         else:
             return HTMLResponse("no such action", status_code=404)
         codes = {"pause": "paused", "resume": "resumed"}
@@ -243,3 +251,14 @@ def _total(activities: Any) -> Activity:
         start_latency_max=worst,
         ended=ended,
     )
+
+
+def _window_end(what: str, text: str) -> datetime:
+    """A backfill form's ``start`` or ``end``: ISO 8601, in UTC without an offset."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigurationError(
+            f"a backfill's {what} is a moment such as 2026-01-31T09:00 (UTC), got {text[:40]!r}"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

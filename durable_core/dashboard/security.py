@@ -131,6 +131,8 @@ NOTICES = {
     "paused": "Paused: its ticks start nothing until it is resumed.",
     "resumed": "Resumed from its next tick.",
     "triggered": "Started its workflow now.",
+    "backfilled": "Backfilled: started {count} workflows (a tick's run that exists is not "
+    "started again).",
     "trigger-held": "Its latest run has not finished: as its overlap policy says, the "
     "trigger started nothing (skip) or waits for that run (buffer one).",
 }
