@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from durable_core import ConfigurationError, DurableClient, Overlap, Schedule, workflow
+from durable_core.caller.schedule_admin import BACKFILL_BATCH
 from durable_core.definitions.registry import Registry
 from durable_core.definitions.schedules import MAX_BACKFILL, tick_workflow_id
 from durable_core.runtime.config import WorkflowConfig
 from durable_core.runtime.scheduler import Scheduler
+from durable_core.seams.operators import WorkflowFilter
 from durable_sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -159,3 +161,17 @@ async def test_the_dashboard_backfills_and_says_what_a_held_trigger_did(
         assert (await web.post("/schedules/trigger", data={"schedule": "d"})).status_code == 303
         held = await web.post("/schedules/trigger", data={"schedule": "d"}, follow_redirects=True)
         assert "the trigger started nothing (skip)" in held.text
+
+
+async def test_a_backfill_of_the_most_ticks_is_written_in_batches_once(
+    sqlite_store: SQLiteStore,
+) -> None:
+    client = DurableClient(sqlite_store)
+    await client.add_schedule("minutely", job, Schedule("* * * * *", args=["x"]))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    end = start + MAX_BACKFILL * timedelta(minutes=1)
+    ids = await client.backfill_schedule("minutely", start, end)
+    assert len(ids) == len(set(ids)) == MAX_BACKFILL > 4 * BACKFILL_BATCH
+    assert ids[-1] == tick_workflow_id("minutely", end - timedelta(minutes=1))
+    assert await client.backfill_schedule("minutely", start, end) == []
+    assert await client.count_workflows(WorkflowFilter(name=job.name)) == MAX_BACKFILL
