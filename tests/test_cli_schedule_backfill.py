@@ -5,9 +5,12 @@ included (one line on stderr, exit 2)."""
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import pytest
 
 from durable_core import workflow
@@ -15,24 +18,37 @@ from durable_core.cli import main
 from durable_core.definitions.schedules import tick_workflow_id
 from tests.test_cli import durable
 
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """The root logger as it was: the command in-process sets its own handler and level."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
 
 @workflow(name="cli.hourly")
 async def hourly(team: str) -> str:
     return team
 
 
-def test_overlap_trigger_and_backfill_from_the_command_line(
+async def test_overlap_trigger_and_backfill_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = ["--database-url", f"sqlite:///{tmp_path / 'durable.db'}"]
 
-    def run(*argv: str) -> tuple[int, str, str]:
-        code = main(["--log-level", "WARNING", *argv, *db])
+    async def run(*argv: str) -> tuple[int, str, str]:
+        # In a thread: the command runs its own event loop, as from a shell.
+        code = await anyio.to_thread.run_sync(main, ["--log-level", "WARNING", *argv, *db])
         out, err = capsys.readouterr()
         return code, out, err
 
-    assert run("migrate")[0] == 0
-    added = run(
+    assert (await run("migrate"))[0] == 0
+    added = await run(
         "schedule", "add", "hours", "cli.hourly", "0 * * * *", "--args", '["ops"]',
         "--overlap", "buffer_one", "--app", "tests.test_cli_schedule_backfill",
     )  # fmt: skip
@@ -46,15 +62,15 @@ def test_overlap_trigger_and_backfill_from_the_command_line(
         "started 2 workflow(s)",
         *(tick_workflow_id("hours", t) for t in ticks),
     ]
-    assert run("schedule", "backfill", "hours", *window)[1].splitlines() == [
+    assert (await run("schedule", "backfill", "hours", *window))[1].splitlines() == [
         filled.stdout.splitlines()[0].replace("started 2", "started 0")
     ], "a repeat starts nothing twice"
-    code, out, _ = run("schedule", "trigger", "hours")
+    code, out, _ = await run("schedule", "trigger", "hours")
     assert code == 0 and out.startswith("schedule hours: started workflow ")
     latest = out.split()[-1]
-    held = run("schedule", "trigger", "hours")[1]
+    held = (await run("schedule", "trigger", "hours"))[1]
     assert held == "schedule hours: its latest run has not finished; buffered (buffer_one)\n"
-    [row] = json.loads(run("schedule", "list", "--json")[1])
+    [row] = json.loads((await run("schedule", "list", "--json"))[1])
     assert (row["overlap"], row["latest_id"]) == ("buffer_one", latest)
     assert row["buffered_tick"] is not None
 
@@ -65,8 +81,8 @@ def test_overlap_trigger_and_backfill_from_the_command_line(
         "overlap is one of skip, buffer_one, allow_all": [*window, "--overlap", "some"],
     }
     for says, argv in errors.items():
-        code, out, err = run("schedule", "backfill", "hours", *argv)
+        code, out, err = await run("schedule", "backfill", "hours", *argv)
         assert (code, out) == (2, ""), says
         assert err.startswith("durable: error: ") and says in err and err.count("\n") == 1, err
-    code, _, err = run("schedule", "backfill", "nothing", *window)
+    code, _, err = await run("schedule", "backfill", "nothing", *window)
     assert code == 2 and err == "durable: error: no schedule is named 'nothing'\n"
