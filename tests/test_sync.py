@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.caller.sync import SyncClient, SyncHandle
+from durable_core.definitions.schedules import tick_workflow_id
 from durable_core.seams.store import WorkflowStats
 from durable_core.testing import WorkflowRunner
 from tests.conftest import POSTGRES_URL, drop_postgres_database, fresh_postgres_database
@@ -287,6 +289,13 @@ def test_it_has_what_the_async_client_has(url: str) -> None:
         assert client.get_schedule("nightly").paused
         client.resume_schedule("nightly")
         assert [s.name for s in client.list_schedules()] == ["nightly"]
+        january = datetime(2026, 1, 1, tzinfo=UTC)
+        filled = client.backfill_schedule("nightly", january, january + timedelta(days=2))
+        assert filled == [
+            tick_workflow_id("nightly", january + timedelta(days=d, hours=3)) for d in (0, 1)
+        ]
+        triggered = client.trigger_schedule("nightly")
+        assert triggered is not None and client.get_schedule("nightly").latest_id == triggered.id
         client.delete_schedule("nightly")
         assert client.list_schedules() == []
         assert client.has_stats is isinstance(client.store, WorkflowStats)

@@ -33,7 +33,6 @@ from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from ..definitions.queues import Queue
-from ..definitions.schedules import Schedule, ScheduleRecord
 from ..errors import BlockingCallInEventLoopError, ConfigurationError
 from ..seams.records import (
     AttemptRecord,
@@ -49,6 +48,7 @@ from .backends import open_store
 from .client import DurableClient, WorkflowStart
 from .handle import WorkflowHandle
 from .sync_oncall import SyncOnCallMethods
+from .sync_schedules import SyncScheduleMethods
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -260,7 +260,7 @@ class SyncHandle(Generic[R]):
             self._client.call(values.aclose)  # type: ignore[attr-defined]
 
 
-class SyncClient(SyncOnCallMethods):
+class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
     """A blocking :class:`~durable_core.caller.client.DurableClient` on the store for ``url``
     (default: ``DURABLE_DATABASE_URL``), safe to share between threads and across a fork.
 
@@ -479,37 +479,3 @@ class SyncClient(SyncOnCallMethods):
     def count_ended_attempts(self, after: int | None = None) -> EndedAttempts:
         """The attempts that ended since the cursor ``after``, by queue and outcome."""
         return self.call(self.client.count_ended_attempts, after)
-
-    # -- schedules --------------------------------------------------------------------------
-
-    def add_schedule(
-        self, name: str, fn: Callable[..., Awaitable[Any]], schedule: Schedule | str
-    ) -> ScheduleRecord:
-        """Start ``fn`` on every tick of ``schedule``; see :meth:`DurableClient.add_schedule`."""
-        return self.call(self.client.add_schedule, name, fn, schedule)
-
-    def get_schedule(self, name: str) -> ScheduleRecord:
-        """The schedule ``name``."""
-        return self.call(self.client.get_schedule, name)
-
-    def list_schedules(self) -> list[ScheduleRecord]:
-        """Every schedule, by name."""
-        return self.call(self.client.list_schedules)
-
-    def pause_schedule(self, name: str) -> None:
-        """Stop starting workflows on ``name``'s ticks until it is resumed."""
-        self.call(self.client.pause_schedule, name)
-
-    def resume_schedule(self, name: str) -> None:
-        """Start workflows on ``name``'s ticks again, from its next tick after now."""
-        self.call(self.client.resume_schedule, name)
-
-    def delete_schedule(self, name: str) -> None:
-        """Delete the schedule ``name`` (not the workflows it started)."""
-        self.call(self.client.delete_schedule, name)
-
-    def trigger_schedule(self, name: str) -> SyncHandle[Any] | None:
-        """Start the workflow of schedule ``name`` now, as its overlap policy lets it (see
-        :meth:`DurableClient.trigger_schedule`)."""
-        handle = self.call(self.client.trigger_schedule, name)
-        return None if handle is None else self._wrap(handle)
