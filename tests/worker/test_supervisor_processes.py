@@ -159,33 +159,21 @@ async def test_a_sigkilled_supervisor_leaves_no_worker_process_behind(
         kill_all(pids)
 
 
-@pytest.mark.parametrize(
-    ("app_module", "url", "error"),
-    [
-        (
-            "no_such_app_module",
-            None,
-            "cannot import workflow module 'no_such_app_module': "
-            "No module named 'no_such_app_module'",
-        ),
-        ("tests.worker.apps.shop", "postgresql://postgres@127.0.0.1:1/x", "database unavailable"),
-    ],
-)
-async def test_a_boot_failure_is_one_line_and_exit_2(
-    postgres_url: str, app_module: str, url: str | None, error: str
-) -> None:
-    command = ["worker", "--app", app_module, "--processes", "2"]
+async def test_a_boot_failure_is_one_line_and_exit_2(postgres_url: str) -> None:
+    command = ["worker", "--app", "no_such_app_module", "--processes", "2"]
     result = subprocess.run(
         [sys.executable, "-m", "durable_core", *command],
-        env={**os.environ, "DURABLE_DATABASE_URL": url or postgres_url},
+        env={**os.environ, "DURABLE_DATABASE_URL": postgres_url},
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 2
-    [line] = result.stderr.splitlines()
-    assert line.startswith("durable: error: ") and error in line
+    assert result.stderr.splitlines() == [
+        "durable: error: cannot import workflow module 'no_such_app_module': "
+        "No module named 'no_such_app_module'"
+    ], "said once, by the supervisor, for both processes"
 
 
 # A stand-in worker process: the first run says it started, then every run exits 3.
