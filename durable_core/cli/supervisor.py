@@ -134,7 +134,7 @@ class Supervisor:
     def run(self) -> int:
         """Start the processes and supervise them; the exit code: 0 once every process has
         drained, 1 when one did not (it abandoned its workflows or was killed), 2 when they
-        could not boot (the failing process printed its error, or the supervisor did)."""
+        could not boot (then one line on stderr says why)."""
         wake_read, wake_write = socket.socketpair()
         wake_read.setblocking(False)
         wake_write.setblocking(False)
