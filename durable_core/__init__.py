@@ -88,6 +88,7 @@ from .errors import (
     WorkflowTimeoutError,
 )
 from .primitives.patching import deprecate_patch, patched
+from .primitives.saga import CompensatedError, Saga, SagaUsageError, saga
 from .primitives.steps import Step, cleanup, workflow_step
 from .primitives.streams import close_stream, write_stream
 from .primitives.updates import UpdateRequest, recv_update
@@ -110,6 +111,7 @@ __all__ = [
     "BlockingCallInEventLoopError",
     "ClaimNotSupportedError",
     "Claimer",
+    "CompensatedError",
     "ConfigurationError",
     "CorruptRecordError",
     "DeterminismError",
@@ -129,6 +131,8 @@ __all__ = [
     "Registry",
     "RegistrationError",
     "RetryPolicy",
+    "Saga",
+    "SagaUsageError",
     "Schedule",
     "ScheduleConflictError",
     "ScheduleNotFoundError",
@@ -188,6 +192,7 @@ __all__ = [
     "recv_update",
     "register_observer",
     "register_type",
+    "saga",
     "send",
     "set_default_store",
     "set_event",

@@ -18,13 +18,17 @@ def error_record(
 ) -> dict[str, Any]:
     """The type, message, traceback and failing step of an exception, as a JSON-ready dict."""
     kind = type(exc)
-    return {
+    record = {
         "type": f"{kind.__module__}.{kind.__qualname__}",
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
         "step_index": step_index,
         "step_name": step_name,
     }
+    details = getattr(exc, "recorded_details", None)
+    if callable(details):  # what an error keeps besides its message (a saga's compensations)
+        record["details"] = details()
+    return record
 
 
 def cancellation_record(workflow_id: str, parent_id: str | None = None) -> dict[str, Any]:

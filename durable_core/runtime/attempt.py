@@ -34,6 +34,7 @@ from ..redaction import get_logger
 from ..seams.plugins import observers
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
+from .compensation import HaltedError, Sagas, compensating, halted_saga
 from .config import WorkflowConfig
 from .context import enter_step, leave_step
 from .effects import Effects
@@ -98,9 +99,10 @@ def _parse_instant(text: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
-class Attempt(Effects):
+class Attempt(Effects, Sagas):
     """One attempt of one claimed workflow, from its claim to its settlement; its effects
-    beyond steps and waits are :class:`~durable_core.runtime.effects.Effects`."""
+    beyond steps and waits are :class:`~durable_core.runtime.effects.Effects`, its sagas'
+    calls :class:`~durable_core.runtime.compensation.Sagas`."""
 
     def __init__(
         self,
@@ -158,9 +160,12 @@ class Attempt(Effects):
             steps = tuple(await self.persist(lambda: self.store.load_steps(workflow_id)))
         self.journal = Journal(f"{self.claimed.name} ({self.claimed.id})", steps)
 
-    def _call(self, name: str, input_json: str | None = None, *, step: bool = False) -> Call:
-        """The next call of the running branch, checked against the journal."""
-        call = self.journal.call(name)
+    def _call(
+        self, name: str, input_json: str | None = None, *, step: bool = False, at: str | None = None
+    ) -> Call:
+        """The next call of the running branch (or the call at the path ``at``), checked
+        against the journal."""
+        call = self.journal.call(name, at=at)
         try:
             self.journal.check(call, input_json, step=step)
         except FrameworkError:
@@ -170,10 +175,12 @@ class Attempt(Effects):
 
     # -- the door: what a body does -------------------------------------------------------------
 
-    async def run_step(self, step: StepBody, args: tuple[Any, ...], kwargs: Any) -> Any:
+    async def run_step(
+        self, step: StepBody, args: tuple[Any, ...], kwargs: Any, *, at: str | None = None
+    ) -> Any:
         """Run ``step`` durably: its recorded output on a replay, else its body, retried by
-        its policy, with each try and its end recorded."""
-        call = self.journal.call(step.name)
+        its policy, with each try and its end recorded (at the path ``at``: a saga's)."""
+        call = self.journal.call(step.name, at=at)
         what = f"input of step {step.name!r} (index {call.index})"
         try:
             # A recorded input is compared with this one written by the same codec.
@@ -224,7 +231,7 @@ class Attempt(Effects):
                         self.given_up.append(exc)  # its policy decided: if it escapes, it fails
                         raise
                     delay = policy.delay(tries)
-                    if delay > SUSPEND_RETRY_AFTER:
+                    if delay > SUSPEND_RETRY_AFTER and not compensating.get():
                         deadline = self.clock() + timedelta(seconds=delay)
                         await self._retry_wait(call, input_json, tries, deadline)
                     else:
@@ -254,7 +261,17 @@ class Attempt(Effects):
         ``records``: ``act`` records it itself, in the transaction that acts); a replay
         returns the recorded output without acting. It acts only once every write before
         it has committed, so nothing it starts or sends can outlive a step it depends on."""
-        call = self._call(name)
+        return await self._act(self._call(name), input_json, act, records=records)
+
+    async def _act(
+        self,
+        call: Call,
+        input_json: str,
+        act: Callable[[Call], Awaitable[str]],
+        *,
+        records: bool = False,
+    ) -> str:
+        """:meth:`effect` for the call ``call``."""
         if call.output is not None:
             self._replayed(call)
             return call.output
@@ -433,7 +450,11 @@ class Attempt(Effects):
     async def _enter(self) -> None:
         """A durable call begins; none may once the attempt has ended (or its body has: a
         task the body left behind)."""
-        if self.ending is not None or self.calls.closed:
+        if not compensating.get():
+            self._halted()
+            if self.ending is not None:
+                await stopped()
+        if self.calls.closed:
             await stopped()
         calls = self.calls
         if calls.deciding:
@@ -443,6 +464,19 @@ class Attempt(Effects):
                 await stopped()
         else:
             calls.busy += 1
+
+    def _halted(self) -> None:
+        """Raise :class:`HaltedError` where nothing new may run but compensations."""
+        saga = halted_saga.get()
+        if self.halt is None and saga is None:
+            return
+        why = "its saga compensated in an earlier attempt"
+        if saga is None:
+            why = "it timed out" if self.halt is not None and self.halt.timed_out else "a cancel"
+            why = f"{why} stops it and it owes compensations"
+        raise HaltedError(
+            f"workflow {self.claimed.name} ({self.claimed.id}) runs nothing new: {why}"
+        )
 
     def _leave(self) -> None:
         calls = self.calls
@@ -525,6 +559,10 @@ class Attempt(Effects):
             logger.exception("lease renewal failed, will retry", extra=self.fields)
         else:
             self.lease_deadline = time.monotonic() + config.lock_timeout_secs
+            try:
+                await self.hear_cancel()
+            except FrameworkError as exc:
+                logger.warning("could not ask for a cancel request: %s", exc, extra=self.fields)
         self.renew_at = anyio.current_time() + config.heartbeat_interval
 
     def past_deadline(self) -> bool:

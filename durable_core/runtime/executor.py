@@ -26,6 +26,7 @@ from ..errors import BodyRaisedError, FrameworkError, LeaseLostError
 from ..seams.records import ClaimedWorkflow, WorkflowStatus
 from . import settling
 from .attempt import Attempt, Ending
+from .compensation import Halt
 from .config import WorkflowConfig
 from .context import WorkflowContext
 from .group_commit import GroupCommit
@@ -113,12 +114,15 @@ class Executor:
         attempt.policy = definition.retry
         await settling.record_crash(attempt)
         if attempt.past_deadline():
-            return await settling.timed_out(attempt)
+            if not await attempt.owes_compensation():
+                return await settling.timed_out(attempt)
+            # Its compensations run first, past the deadline: its body replays to them.
+            attempt.halt = Halt(settling.timeout_error(attempt), timed_out=True)
         await attempt.load_history()
         ctx = WorkflowContext.of(attempt)
         kwargs = definition.body_kwargs(kwargs, ctx.scheduled_at)
         left = attempt.seconds_left()
-        if left is not None:  # the body stops when the workflow's timeout passes
+        if left is not None and attempt.halt is None:  # the body stops at the timeout
             attempt.body_scope.deadline = anyio.current_time() + left
         if self._keeper is not None:
             result, failure = await self._kept(self._keeper, ctx, definition.fn, args, kwargs)
@@ -138,8 +142,12 @@ class Executor:
         """Settle as the attempt ended: its ending when something decided one, else as
         its body returned or raised."""
         ending = attempt.ending
+        if ending is None and attempt.halt is not None:
+            ending = Ending.TIMED_OUT if attempt.halt.timed_out else Ending.CANCELLED
         if ending is None and attempt.body_scope.cancel_called and attempt.past_deadline():
             ending = Ending.TIMED_OUT
+        if ending in (Ending.CANCELLED, Ending.TIMED_OUT) and attempt.owing and failure:
+            return await settling.fail(attempt, failure)  # a compensation failed: retried
         if ending is Ending.SUSPENDED:
             return settling.waiting(attempt)
         if ending is Ending.TIMED_OUT:

@@ -143,12 +143,25 @@ class Journal:
         branch = self._here()
         return self._by_path.get(f"{branch.prefix}{branch.next}")
 
-    def call(self, name: str) -> Call:
-        """Take the next path for a call of ``name``: its index, and what is recorded there."""
+    def next_path(self) -> str:
+        """The path the current branch's next call will take."""
         branch = self._here()
-        place = branch.next
-        branch.next = place + 1
-        path = f"{branch.prefix}{place}" if branch.prefix else str(place)
+        return f"{branch.prefix}{branch.next}"
+
+    def recorded_at(self, path: str) -> StepRecord | None:
+        """What the journal holds at ``path``."""
+        return self._by_path.get(path)
+
+    def call(self, name: str, *, at: str | None = None) -> Call:
+        """Take the next path for a call of ``name`` (or the path ``at``, outside the
+        branches' numbering: a saga's compensations): its index, and what is recorded there."""
+        if at is None:
+            branch = self._here()
+            place = branch.next
+            branch.next = place + 1
+            path = f"{branch.prefix}{place}" if branch.prefix else str(place)
+        else:
+            path = at
         recorded = self._by_path.get(path)
         if recorded is None:
             index = self._next_index

@@ -11,8 +11,9 @@ import contextlib
 import logging
 
 from ..codec.failures import dump_error, error_record
-from ..errors import FrameworkError, InvalidStateError, WorkflowTimeoutError
+from ..errors import FrameworkError, InvalidStateError, LeaseLostError, WorkflowTimeoutError
 from ..redaction import get_logger
+from ..seams.compensation_role import compensations_of
 from ..seams.plugins import observers
 from ..seams.records import Settlement, WorkflowStatus
 from .attempt import Attempt, Ending
@@ -156,8 +157,10 @@ def waiting(attempt: Attempt) -> WorkflowStatus:
 
 
 async def cancelled(attempt: Attempt) -> WorkflowStatus:
-    """The attempt ended because the workflow was cancelled (by a user, not a crash)."""
-    await _record_end(attempt, Ending.CANCELLED, None)
+    """The attempt ended because the workflow was cancelled (by a user, not a crash): a
+    cancel that was a request (its sagas owed compensations) is settled here."""
+    if not await _settle_request(attempt):
+        await _record_end(attempt, Ending.CANCELLED, None)
     logger.info(
         "workflow %s cancelled; its body was stopped",
         attempt.claimed.name,
@@ -167,14 +170,20 @@ async def cancelled(attempt: Attempt) -> WorkflowStatus:
     return WorkflowStatus.CANCELLED
 
 
-async def timed_out(attempt: Attempt) -> WorkflowStatus:
-    """The workflow's timeout passed: cancel it and its unfinished children, with the
-    timeout recorded as its error."""
+def timeout_error(attempt: Attempt) -> str:
+    """The error JSON a timeout of the attempt's workflow records."""
     row = attempt.claimed
     exc = WorkflowTimeoutError(
         f"workflow {row.name} ({row.id}) timed out: its deadline {row.deadline} passed"
     )
-    error = dump_error(error_record(exc, step_index=None, step_name=None))
+    return dump_error(error_record(exc, step_index=None, step_name=None))
+
+
+async def timed_out(attempt: Attempt) -> WorkflowStatus:
+    """The workflow's timeout passed: cancel it and its unfinished children, with the
+    timeout recorded as its error (saying which compensations ran, if a saga's did)."""
+    row = attempt.claimed
+    error = attempt.compensated_error or timeout_error(attempt)
     # Recorded first: whoever sees the workflow cancelled sees why in its history.
     await _record_end(attempt, Ending.TIMED_OUT, error)
     with contextlib.suppress(InvalidStateError):  # it ended meanwhile
@@ -186,6 +195,21 @@ async def timed_out(attempt: Attempt) -> WorkflowStatus:
     )
     observers().durable_workflow_cancelled(**attempt.fields)
     return WorkflowStatus.CANCELLED
+
+
+async def _settle_request(attempt: Attempt) -> bool:
+    """Settle as cancelled when the cancel was a request (the lease is still held)."""
+    role = compensations_of(attempt.store)
+    if role is None:
+        return False
+    parent = attempt.claimed.parent_id
+    error = attempt.compensated_error
+    try:
+        return await attempt.persist(
+            lambda: role.settle_cancelled(attempt.lease, error, parent_id=parent)
+        )
+    except LeaseLostError:  # cancelled at once: the cancel ended the row itself
+        return False
 
 
 async def _record_end(attempt: Attempt, ending: Ending, error: str | None) -> None:

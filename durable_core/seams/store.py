@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 
 from ..definitions.queues import Route
 from ..definitions.schedules import ScheduleRecord
+from .compensation_role import Compensations
 from .operators import Activity, ErrorCount, WorkerRecord, WorkflowFilter
 from .records import (
     AttemptRecord,
@@ -43,6 +44,7 @@ __all__ = [
     "BatchWriter",
     "CancelFeed",
     "Claimer",
+    "Compensations",
     "EmbeddedDatabase",
     "OperatorQueries",
     "ScheduleFeed",

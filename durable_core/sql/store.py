@@ -29,6 +29,7 @@ from ..seams.records import (
     settled_outcome,
 )
 from . import errors
+from .compensation import CompensationOperations
 from .connector import Params
 from .operators import OperatorOperations
 from .reading import ReadOperations
@@ -43,6 +44,7 @@ from .workers import WorkerOperations
 
 
 class SQLStore(
+    CompensationOperations,
     WaitingOperations,
     StreamOperations,
     UpdateOperations,
@@ -69,8 +71,10 @@ class SQLStore(
     async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Cancel an unfinished workflow and its unfinished children; its holder loses the
         lease, its running or waiting step ends ``cancelled``, and a parent waiting on it
-        wakes. ``reason`` (an error JSON) is recorded as the workflow's error and its
-        children's; without one, each records a cancellation of its own."""
+        wakes. One that owes compensations (a saga's) is asked to run them first: it
+        settles cancelled once its worker has. ``reason`` (an error JSON) is recorded as
+        the workflow's error and its children's; without one, each records a cancellation
+        of its own."""
         await self._cancel(workflow_id, reason, None)
 
     async def _cancel(self, workflow_id: str, reason: str | None, with_parent: str | None) -> None:
@@ -82,8 +86,9 @@ class SQLStore(
         else:
             error = reason
         params = {"workflow": workflow_id, "error_json": error}
-        # The workflow and its interrupted step end together.
-        if not await self._end(
+        # One owing compensations is asked to run them first (sql/compensation.py); else
+        # the workflow and its interrupted step end together.
+        if not await self._request_cancel(workflow_id, error) and not await self._end(
             "cancel_workflow", q.cancel, params, parent=parent, then=q.cancel_steps
         ):
             await self._refuse(
