@@ -151,21 +151,21 @@ class Saga:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         self._open = False
         if self._halted is not None:
             halted_saga.reset(self._halted)
         run, record = self._run, self._record
         if run is None or record is None:
             await self._plain(exc)
-            return False
+            return
         if record.undo is None and (exc is None or not self._owed):
             await run.saga_mark(record.path, "end", "null")  # nothing is owed any more
-            return False
+            return
         with anyio.CancelScope(shield=True):
             why = await self._why(run, record, exc)
             if why is None:  # the attempt stops (suspended, lease lost, worker stopping)
-                return False
+                return
             original, stopped = why
             original = await run.saga_mark(record.path, "undo", original)
             ran: list[str] = []

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from durable_core.contract import (
+    CompensationContract,
     NoClaimerContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -44,6 +45,11 @@ async def durable_second_store(
 
 
 class TestMySQLStore(
-    StoreContract, NoClaimerContract, StreamsContract, UpdatesContract, ScheduleOverlapContract
+    StoreContract,
+    NoClaimerContract,
+    StreamsContract,
+    UpdatesContract,
+    ScheduleOverlapContract,
+    CompensationContract,
 ):
     pass

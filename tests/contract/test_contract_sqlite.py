@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from durable_core.contract import (
+    CompensationContract,
     NoClaimerContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -37,6 +38,11 @@ async def durable_second_store(
 
 
 class TestSQLiteStore(
-    StoreContract, NoClaimerContract, StreamsContract, UpdatesContract, ScheduleOverlapContract
+    StoreContract,
+    NoClaimerContract,
+    StreamsContract,
+    UpdatesContract,
+    ScheduleOverlapContract,
+    CompensationContract,
 ):
     pass

@@ -9,6 +9,7 @@ import pytest
 
 from durable_core.contract import (
     ClaimerContract,
+    CompensationContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -77,6 +78,11 @@ def durable_tamper(postgres_url: str) -> Tamper:
 
 
 class TestPostgresStore(
-    StoreContract, ClaimerContract, StreamsContract, UpdatesContract, ScheduleOverlapContract
+    StoreContract,
+    ClaimerContract,
+    StreamsContract,
+    UpdatesContract,
+    ScheduleOverlapContract,
+    CompensationContract,
 ):
     pass

@@ -1,0 +1,53 @@
+"""A saga for the crash test of issue 22's compensation (tests/worker/test_saga_processes.py).
+
+Each step appends what it did to the file ``SAGA_LOG``. In a worker started with
+``SAGA_HOLD=1`` the hotel's compensation blocks once it has begun, so the test can
+SIGKILL the worker in the middle of compensating; a worker without it runs straight
+through.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+
+from durable_core import saga, workflow, workflow_step
+
+
+def log(line: str) -> None:
+    """Append ``line`` to the test's log file (one line, flushed as it closes)."""
+    with open(os.environ["SAGA_LOG"], "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+@workflow_step
+async def book(what: str) -> str:
+    log(f"book {what}")
+    return what
+
+
+@workflow_step
+async def cancel_booking(what: str) -> None:
+    log(f"undo {what} begins")
+    if what == "hotel" and os.environ.get("SAGA_HOLD"):
+        await anyio.sleep(3600)
+    log(f"undo {what}")
+
+
+@workflow_step
+async def pay(fail: bool) -> str:
+    """Fails (declined), or blocks until the workflow is cancelled."""
+    log("pay")
+    if fail:
+        raise ValueError("card declined")
+    await anyio.sleep(3600)
+    return "paid"
+
+
+@workflow(name="saga.trip", max_attempts=3)
+async def trip(fail: bool) -> str:
+    async with saga() as s:
+        for what in ("car", "hotel", "flight"):
+            await s.compensate(cancel_booking, await book(what))
+        return await pay(fail)
