@@ -33,8 +33,9 @@ from durable_core import (
 )
 from durable_core.codec.failures import load_error
 from durable_core.runtime.config import WorkflowConfig
+from durable_core.runtime.context import WorkflowContext
 from durable_core.seams.store import Store
-from durable_core.testing import WorkflowRunner
+from durable_core.testing import TestClock, WorkflowRunner
 
 pytestmark = pytest.mark.anyio
 
@@ -221,9 +222,19 @@ async def test_a_timeout_runs_the_compensations_past_the_deadline(store: Store) 
     assert raised.value.error["details"]["compensations"] == [undo.name]
 
 
+CLOCK = TestClock()
+"""The clock of the runner of the test below, which moves it."""
+
+
 @workflow_step
 async def stall() -> None:
+    """Passes the workflow's deadline, as the clock owns it, then waits for the executor's
+    stop (the body's scope reaches its deadline, as when the timeout passes)."""
     LOG.append("stall")
+    CLOCK.advance(timedelta(hours=2))
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    ctx.run.body_scope.deadline = anyio.current_time()
     await anyio.sleep(3600)
 
 
@@ -239,9 +250,10 @@ async def stalls() -> str:
 async def test_a_body_stopped_by_its_timeout_compensates_outside_the_deadline(
     sqlite_store: Store,
 ) -> None:
-    client = DurableClient(sqlite_store).with_options(timeout=timedelta(seconds=0.3))
+    client = DurableClient(sqlite_store).with_options(timeout=timedelta(hours=1))
     handle = await client.start_workflow(stalls)
-    assert await runner(sqlite_store).run_once(handle) is WorkflowStatus.CANCELLED
+    run = WorkflowRunner(sqlite_store, WorkflowConfig(retry_backoff_secs=0), clock=CLOCK)
+    assert await run.run_once(handle) is WorkflowStatus.CANCELLED
     assert LOG == ["book car", "stall", "undo car-ref"]
     with pytest.raises(WorkflowTimeoutError) as raised:
         await handle.output()

@@ -122,6 +122,8 @@ class SagaDoor(Protocol):
 
     def cancel(self) -> None: ...
 
+    async def _committed(self) -> None: ...
+
     async def cancel_reason(self) -> str | None: ...
 
 
@@ -182,6 +184,7 @@ class Sagas:
             )
         output = json.dumps({"step": step_name, "input": input_json})
         await self._act(call, json.dumps([path]), lambda _: _text(output))
+        await self._committed()  # owed from here, even written behind (a group commit)
         return call.index
 
     async def saga_mark(self: SagaDoor, path: str, part: str, output: str) -> str:

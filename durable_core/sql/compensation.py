@@ -23,7 +23,7 @@ from ..seams.records import Lease, StepStatus, WaitKind, WorkflowStatus
 from . import errors, schema
 from .base import SQLStoreBase
 from .dialect import SQLDialect, const
-from .statements import PENDING, RUNNING, WAITING, param, wf
+from .rules import PENDING, RUNNING, WAITING, param, wf
 
 st = schema.workflow_steps
 msg = schema.workflow_messages

@@ -45,6 +45,8 @@ async def test_a_sigkill_in_the_middle_of_compensating_runs_each_once_in_reverse
             return "pay" in lines(log)
 
         await eventually(paying, timeout=60, what="the body to reach its payment")
+        steps = [s.step_name for s in await handle.steps()]
+        assert steps.count("durable.compensate") == 3, "registered before the payment"
         await handle.cancel()
         assert await handle.status() is WorkflowStatus.RUNNING, "a request: it compensates"
 

@@ -45,7 +45,7 @@ async def pay(fail: bool) -> str:
     return "paid"
 
 
-@workflow(name="saga.trip", max_attempts=3)
+@workflow(name="saga_processes.trip", max_attempts=3)
 async def trip(fail: bool) -> str:
     async with saga() as s:
         for what in ("car", "hotel", "flight"):
