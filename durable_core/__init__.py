@@ -35,6 +35,7 @@ from .caller.client import (
 )
 from .caller.handle import WorkflowHandle
 from .codec import Codec, allow_modules, durable_type, register_codec, register_type, use_codec
+from .definitions.debounce import DebounceKey
 from .definitions.queues import Queue, RateLimit
 from .definitions.registry import Registry, Workflow, default_registry, workflow
 from .definitions.retry import RetryPolicy
@@ -46,6 +47,7 @@ from .errors import (
     ClaimNotSupportedError,
     ConfigurationError,
     CorruptRecordError,
+    DebounceNotSupportedError,
     DeterminismError,
     DuplicateWorkflowError,
     FrameworkError,
@@ -114,6 +116,8 @@ __all__ = [
     "CompensatedError",
     "ConfigurationError",
     "CorruptRecordError",
+    "DebounceKey",
+    "DebounceNotSupportedError",
     "DeterminismError",
     "DuplicateWorkflowError",
     "DurableClient",

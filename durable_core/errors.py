@@ -213,6 +213,12 @@ class TalkNotSupportedError(FrameworkError):
     retryable = False
 
 
+class DebounceNotSupportedError(FrameworkError):
+    """This store cannot debounce starts (it lacks ``Debouncer``)."""
+
+    retryable = False
+
+
 class StreamClosedError(InvalidStateError):
     """A body wrote to a stream it had closed."""
 
@@ -301,6 +307,7 @@ __all__ = [
     "ClaimNotSupportedError",
     "ConfigurationError",
     "CorruptRecordError",
+    "DebounceNotSupportedError",
     "DeterminismError",
     "DuplicateWorkflowError",
     "FrameworkError",

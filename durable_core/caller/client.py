@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .. import durations
 from ..codec import encode, encode_arguments
+from ..definitions.debounce import DebounceKey
 from ..definitions.queues import MAX_QUEUE_NAME, Queue, queue_name
 from ..definitions.registry import Workflow, as_workflow
 from ..errors import (
@@ -35,6 +36,7 @@ from ..errors import (
 from ..primitives.updates import update
 from ..runtime.config import default_max_attempts
 from ..runtime.context import WorkflowContext, body_context, body_effect
+from ..seams.flow_roles import debouncer_of
 from ..seams.plugins import message_sent, observers, workflow_headers
 from ..seams.records import (
     FOREVER,
@@ -281,6 +283,40 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         delay = durations.seconds(delay_seconds, "start_workflow_later delay_seconds")
         row = self._prepare(definition, args, kwargs, delay)
         return (await self._enqueue([row], [False]))[0]
+
+    async def start_workflow_debounced(
+        self,
+        debounce: DebounceKey,
+        fn: Callable[P, Awaitable[R]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> WorkflowHandle[R]:
+        """Start ``fn(*args, **kwargs)`` ``debounce.seconds`` from now, collapsed with the other
+        starts of ``fn`` under ``debounce.key``: while the key's run has not started, a
+        start gives it these arguments and pushes it back ``debounce.seconds`` (never past
+        ``debounce.max_wait`` after the window's first start). Every caller, in any
+        process, gets a handle to the one run; a start after it began opens a new
+        window. Needs a :class:`~durable_core.seams.store.Debouncer` store (every SQL
+        store is one)."""
+        if not isinstance(debounce, DebounceKey):
+            raise ConfigurationError(f"debounce must be a DebounceKey, got {debounce!r}")
+        definition = as_workflow(fn)
+        row = _with_headers(self._prepare(definition, args, kwargs, 0.0))
+        store = debouncer_of(self.store)
+
+        async def start() -> str:
+            run, written = await store.debounce(
+                row, debounce.key, debounce.window_seconds, debounce.max_wait_seconds
+            )
+            if written:
+                observers().durable_workflow_enqueued(
+                    workflow_id=run, workflow_name=row.name, max_attempts=row.max_attempts
+                )
+            return json.dumps(run)
+
+        args_json = [definition.name, debounce.key]
+        run = json.loads(await body_effect("durable.debounce", args_json, start))
+        return WorkflowHandle(self.store, run, definition.name)
 
     async def start_workflows(
         self,

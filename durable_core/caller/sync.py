@@ -32,6 +32,7 @@ from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ..definitions.debounce import DebounceKey
 from ..definitions.queues import Queue
 from ..errors import BlockingCallInEventLoopError, ConfigurationError
 from ..seams.records import (
@@ -379,6 +380,18 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
     ) -> SyncHandle[R]:
         """Like :meth:`start_workflow`, due ``delay_seconds`` (or a timedelta) from now."""
         started = self.call(self.client.start_workflow_later, delay_seconds, fn, *args, **kwargs)
+        return self._wrap(started)
+
+    def start_workflow_debounced(
+        self,
+        debounce: DebounceKey,
+        fn: Callable[P, Awaitable[R]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> SyncHandle[R]:
+        """Like :meth:`DurableClient.start_workflow_debounced`: the starts of ``fn`` under
+        ``debounce.key`` collapse into one run, with the last arguments."""
+        started = self.call(self.client.start_workflow_debounced, debounce, fn, *args, **kwargs)
         return self._wrap(started)
 
     def start_workflows(

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .compensation_contract import CompensationContract
+    from .flow_contract import DebounceContract
     from .schedule_overlap_contract import ScheduleOverlapContract
     from .store_contract import StoreContract
     from .support import Tamper, default_tamper, engine_tamper
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "ClaimerContract": "claimer_contract",
+    "DebounceContract": "flow_contract",
     "NoClaimerContract": "claimer_contract",
     "CompensationContract": "compensation_contract",
     "ScheduleOverlapContract": "schedule_overlap_contract",
@@ -66,6 +68,7 @@ _WHERE = {
 __all__ = [
     "ClaimerContract",
     "CompensationContract",
+    "DebounceContract",
     "NoClaimerContract",
     "ScheduleOverlapContract",
     "StoreContract",

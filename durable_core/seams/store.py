@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 from ..definitions.queues import Route
 from ..definitions.schedules import ScheduleRecord
 from .compensation_role import Compensations
+from .flow_roles import Debouncer
 from .operators import Activity, ErrorCount, WorkerRecord, WorkflowFilter
 from .records import (
     AttemptRecord,
@@ -45,6 +46,7 @@ __all__ = [
     "CancelFeed",
     "Claimer",
     "Compensations",
+    "Debouncer",
     "EmbeddedDatabase",
     "OperatorQueries",
     "ScheduleFeed",

@@ -104,6 +104,7 @@ workflow_step_tries = metadata.tables["workflow_step_tries"]
 workflow_workers = metadata.tables["workflow_workers"]
 workflow_streams = metadata.tables["workflow_streams"]
 workflow_updates = metadata.tables["workflow_updates"]
+workflow_debounces = metadata.tables["workflow_debounces"]
 
 
 WORKFLOW_TABLES = ", ".join(

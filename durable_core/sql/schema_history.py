@@ -473,6 +473,45 @@ def _v9() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v10() -> list[ops.MigrateOperation]:
+    return [
+        # Debounce windows: the run a debounce key's starts collapse into while it has not
+        # started (its arguments replaced by each start, its run_at pushed back), when the
+        # window opened and the latest it may fire (first_at + max_wait; NULL: no cap).
+        _table(
+            "workflow_debounces",
+            sa.Column("name", sa.String(255), primary_key=True),
+            sa.Column("debounce_key", sa.String(255), primary_key=True),
+            _workflow_id("workflow_debounces", 255),
+            sa.Column("fire_at", UTCDateTime(), nullable=False),
+            sa.Column("first_at", UTCDateTime(), nullable=False),
+            sa.Column("last_at", UTCDateTime(), nullable=True),
+        ),
+        _index("ix_workflow_debounces_workflow_id", "workflow_debounces", "workflow_id"),
+        # Keyed claims: each key's due rows of a lane in claim order, and the first row of
+        # the next key (a skip scan), so one key's backlog is never walked to reach another.
+        # Only rows with a key are in it (where partial indexes exist).
+        ops.CreateIndexOp(
+            "ix_workflows_keyed",
+            "workflows",
+            [
+                "status",
+                "queue",
+                "name",
+                "concurrency_key",
+                "priority",
+                "run_at",
+            ],
+            # Only PostgreSQL claims: there, priority descends (the claim's order) and only
+            # rows with a key are in it; MySQL's keys hold 3072 bytes, so prefixes there.
+            postgresql_ops={"priority": "DESC"},
+            postgresql_where=sa.text("concurrency_key IS NOT NULL"),
+            sqlite_where=sa.text("concurrency_key IS NOT NULL"),
+            mysql_length={"queue": 64, "name": 64, "concurrency_key": 64},
+        ),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -497,6 +536,7 @@ VERSIONS: tuple[SchemaVersion, ...] = (
     ),
     SchemaVersion(8, "durable_schema_v8", "talking to running workflows: streams and updates", _v8),
     SchemaVersion(9, "durable_schema_v9", "schedules: overlap policies and buffered ticks", _v9),
+    SchemaVersion(10, "durable_schema_v10", "flow control: debounce windows; keyed claims", _v10),
 )
 
 LATEST = VERSIONS[-1].number

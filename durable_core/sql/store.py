@@ -31,6 +31,7 @@ from ..seams.records import (
 from . import errors
 from .compensation import CompensationOperations
 from .connector import Params
+from .debounce import DebounceOperations
 from .operators import OperatorOperations
 from .reading import ReadOperations
 from .rows import claimed_from_row
@@ -48,6 +49,7 @@ class SQLStore(
     WaitingOperations,
     StreamOperations,
     UpdateOperations,
+    DebounceOperations,
     ScheduleOperations,
     ScheduleOverlapOperations,
     WorkerOperations,

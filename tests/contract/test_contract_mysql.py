@@ -8,6 +8,7 @@ import pytest
 
 from durable_core.contract import (
     CompensationContract,
+    DebounceContract,
     NoClaimerContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -51,5 +52,6 @@ class TestMySQLStore(
     UpdatesContract,
     ScheduleOverlapContract,
     CompensationContract,
+    DebounceContract,
 ):
     pass

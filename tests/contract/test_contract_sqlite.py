@@ -9,6 +9,7 @@ import pytest
 
 from durable_core.contract import (
     CompensationContract,
+    DebounceContract,
     NoClaimerContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -44,5 +45,6 @@ class TestSQLiteStore(
     UpdatesContract,
     ScheduleOverlapContract,
     CompensationContract,
+    DebounceContract,
 ):
     pass

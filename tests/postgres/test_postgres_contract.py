@@ -10,6 +10,7 @@ import pytest
 from durable_core.contract import (
     ClaimerContract,
     CompensationContract,
+    DebounceContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -84,5 +85,6 @@ class TestPostgresStore(
     UpdatesContract,
     ScheduleOverlapContract,
     CompensationContract,
+    DebounceContract,
 ):
     pass

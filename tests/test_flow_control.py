@@ -1,0 +1,73 @@
+"""Flow control's bad input: a debounce key and a queue's per-key limits refuse what they
+cannot mean, naming it; a store without the role says so (issue 22)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from durable_core import (
+    ConfigurationError,
+    DebounceKey,
+    DebounceNotSupportedError,
+    DurableClient,
+    InvalidDurationError,
+    workflow,
+)
+from durable_core.seams.flow_roles import debouncer_of
+
+pytestmark = pytest.mark.anyio
+
+
+@workflow(name="flow_control.noop")
+async def noop(n: int) -> int:
+    return n
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        (("", 1), ConfigurationError, "debounce key"),
+        (("x" * 256, 1), ConfigurationError, "debounce key"),
+        ((7, 1), ConfigurationError, "debounce key"),
+        (("k", 0), InvalidDurationError, "DebounceKey seconds"),
+        (("k", -1), InvalidDurationError, "DebounceKey seconds"),
+        (("k", float("nan")), InvalidDurationError, "DebounceKey seconds"),
+        (("k", 1, 0), InvalidDurationError, "DebounceKey max_wait"),
+        (("k", 1, timedelta(days=-1)), InvalidDurationError, "DebounceKey max_wait"),
+    ],
+)
+def test_a_debounce_key_refuses_what_it_cannot_mean(
+    arguments: tuple[Any, ...], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        DebounceKey(*arguments)
+
+
+def test_a_debounce_key_takes_timedeltas() -> None:
+    key = DebounceKey("k", timedelta(seconds=2), max_wait=timedelta(minutes=1))
+    assert (key.window_seconds, key.max_wait_seconds) == (2.0, 60.0)
+
+
+class NoDebounce:
+    """A store-like object without the Debouncer role."""
+
+    description = "a store that cannot debounce"
+
+
+def test_a_store_without_the_role_says_so() -> None:
+    with pytest.raises(DebounceNotSupportedError, match="a store that cannot debounce"):
+        debouncer_of(NoDebounce())
+
+
+async def test_a_debounced_start_needs_a_debounce_key(tmp_path: Any) -> None:
+    from durable_sqlite import SQLiteStore
+
+    async with SQLiteStore(f"sqlite:///{tmp_path / 'flow.db'}") as store:
+        await store.apply_schema()
+        client = DurableClient(store)
+        with pytest.raises(ConfigurationError, match="must be a DebounceKey"):
+            await client.start_workflow_debounced("k", noop, 1)  # type: ignore[arg-type]
+        assert await store.list_workflows(limit=5) == []
