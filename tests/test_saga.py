@@ -197,6 +197,43 @@ async def test_a_cancel_of_a_workflow_owing_compensations_runs_them_first(
     assert raised.value.error["details"]["compensations"] == [undo.name]
 
 
+EVENTS: dict[str, anyio.Event] = {}
+"""Events a test and its steps share (made in the test's event loop)."""
+
+
+@workflow_step
+async def wait_for_cancel() -> None:
+    LOG.append("waiting")
+    EVENTS["running"].set()
+    await anyio.sleep(3600)
+
+
+@workflow(name="saga.runs_when_cancelled")
+async def runs_when_cancelled() -> str:
+    async with saga() as s:
+        ref = await book("car")
+        await s.compensate(undo, ref)
+        await wait_for_cancel()
+    return "done"
+
+
+async def test_a_running_body_hears_a_cancel_request_at_its_lease_renewal(
+    sqlite_store: Store,
+) -> None:
+    """SQLite announces no cancel: while a saga is open, each renewal asks for one."""
+    EVENTS["running"] = running = anyio.Event()
+    handle = await DurableClient(sqlite_store).start_workflow(runs_when_cancelled)
+    run = WorkflowRunner(sqlite_store, WorkflowConfig(lock_timeout_secs=1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run.run_once, handle)
+        await running.wait()
+        await handle.cancel()
+        assert await handle.status() is WorkflowStatus.RUNNING, "a request"
+    assert await handle.status() is WorkflowStatus.CANCELLED
+    assert LOG == ["book car", "waiting", "undo car-ref"]
+    assert [a.outcome for a in await handle.attempts()] == ["cancelled"]
+
+
 @workflow(name="saga.nothing_owed")
 async def nothing_owed() -> str:
     async with saga():

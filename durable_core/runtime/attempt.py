@@ -34,7 +34,7 @@ from ..redaction import get_logger
 from ..seams.plugins import observers
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
-from .compensation import HaltedError, Sagas, compensating, halted_saga
+from .compensation import Sagas, compensating
 from .config import WorkflowConfig
 from .context import enter_step, leave_step
 from .effects import Effects
@@ -465,19 +465,6 @@ class Attempt(Effects, Sagas):
         else:
             calls.busy += 1
 
-    def _halted(self) -> None:
-        """Raise :class:`HaltedError` where nothing new may run but compensations."""
-        saga = halted_saga.get()
-        if self.halt is None and saga is None:
-            return
-        why = "its saga compensated in an earlier attempt"
-        if saga is None:
-            why = "it timed out" if self.halt is not None and self.halt.timed_out else "a cancel"
-            why = f"{why} stops it and it owes compensations"
-        raise HaltedError(
-            f"workflow {self.claimed.name} ({self.claimed.id}) runs nothing new: {why}"
-        )
-
     def _leave(self) -> None:
         calls = self.calls
         calls.busy -= 1
@@ -488,6 +475,8 @@ class Attempt(Effects, Sagas):
         """Return once every write this attempt made has committed."""
         if self.group is not None:
             await self.persist(lambda: cast(GroupCommit, self.group).committed(self.lease))
+
+    committed = _committed
 
     async def _suspend(self, waits: list[Wait]) -> bool:
         """Leave the workflow waiting on ``waits`` and stop the body; ``False`` when one

@@ -248,6 +248,19 @@ class Sagas:
         record["details"] = {"compensations": ran}
         self.compensated_error = dump_error(record)
 
+    def _halted(self: SagaDoor) -> None:
+        """Raise :class:`HaltedError` where nothing new may run but compensations."""
+        saga = halted_saga.get()
+        if self.halt is None and saga is None:
+            return
+        why = "its saga compensated in an earlier attempt"
+        if saga is None:
+            why = "it timed out" if self.halt is not None and self.halt.timed_out else "a cancel"
+            why = f"{why} stops it and it owes compensations"
+        raise HaltedError(
+            f"workflow {self.claimed.name} ({self.claimed.id}) runs nothing new: {why}"
+        )
+
     def give_up(self: SagaDoor, exc: BaseException) -> None:
         """``exc`` ends the workflow: no attempt follows it."""
         self.given_up.append(exc)

@@ -186,6 +186,9 @@ async def timed_out(attempt: Attempt) -> WorkflowStatus:
     error = attempt.compensated_error or timeout_error(attempt)
     # Recorded first: whoever sees the workflow cancelled sees why in its history.
     await _record_end(attempt, Ending.TIMED_OUT, error)
+    if attempt.compensated_error is not None:
+        with contextlib.suppress(LeaseLostError):
+            await attempt.committed()  # a saga's end first: then nothing is owed
     with contextlib.suppress(InvalidStateError):  # it ended meanwhile
         await attempt.store.cancel_workflow(row.id, error)
     logger.warning(
@@ -205,6 +208,7 @@ async def _settle_request(attempt: Attempt) -> bool:
     parent = attempt.claimed.parent_id
     error = attempt.compensated_error
     try:
+        await attempt.committed()  # the compensations' rows first (a group commit's)
         return await attempt.persist(
             lambda: role.settle_cancelled(attempt.lease, error, parent_id=parent)
         )
