@@ -178,6 +178,15 @@ async def waits_in_saga(days: int) -> str:
     return "done"
 
 
+async def test_a_block_that_suspends_and_resumes_compensates_nothing(store: Store) -> None:
+    handle = await DurableClient(store).start_workflow(waits_in_saga, 3)
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert LOG == ["book car", "book never"]
+    handle = await DurableClient(store).start_workflow(nothing_owed)
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert "durable.saga_end" not in [s.step_name for s in await handle.steps()]
+
+
 async def test_a_cancel_of_a_workflow_owing_compensations_runs_them_first(
     sqlite_or_postgres: Store,
 ) -> None:

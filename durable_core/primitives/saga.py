@@ -159,7 +159,9 @@ class Saga:
         if run is None or record is None:
             await self._plain(exc)
             return
-        if record.undo is None and (exc is None or not self._owed):
+        if record.undo is None and not self._owed:
+            return  # nothing to undo, nothing owed
+        if record.undo is None and exc is None:
             await run.saga_mark(record.path, "end", "null")  # nothing is owed any more
             return
         with anyio.CancelScope(shield=True):
