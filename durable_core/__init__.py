@@ -42,6 +42,7 @@ from .definitions.retry import RetryPolicy
 from .definitions.schedules import Overlap, Schedule, ScheduleRecord
 from .durations import MAX_DURATION
 from .errors import (
+    AttributesNotSupportedError,
     BlockingCallInEventLoopError,
     BodyRaisedError,
     ClaimNotSupportedError,
@@ -89,6 +90,7 @@ from .errors import (
     WorkflowNotFoundError,
     WorkflowTimeoutError,
 )
+from .primitives.attributes import set_attributes
 from .primitives.patching import deprecate_patch, patched
 from .primitives.saga import CompensatedError, Saga, SagaUsageError, saga
 from .primitives.steps import Step, cleanup, workflow_step
@@ -98,6 +100,7 @@ from .primitives.waiting import now, random, recv, set_event, sleep, sleep_until
 from .runtime.config import WorkflowConfig
 from .runtime.context import WorkflowContext
 from .runtime.executor import Executor
+from .seams.attributes import AttributeRange, Attributes
 from .seams.hookspecs import hookimpl
 from .seams.operators import WorkflowFilter
 from .seams.plugins import register_observer, unregister_observer
@@ -105,6 +108,9 @@ from .seams.records import StepStatus, WorkflowStatus
 from .seams.store import Claimer, Store
 
 __all__ = [
+    "AttributeRange",
+    "Attributes",
+    "AttributesNotSupportedError",
     "BodyRaisedError",
     "Codec",
     "MAX_DURATION",
@@ -198,6 +204,7 @@ __all__ = [
     "register_type",
     "saga",
     "send",
+    "set_attributes",
     "set_default_store",
     "set_event",
     "sleep",

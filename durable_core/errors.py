@@ -219,6 +219,12 @@ class DebounceNotSupportedError(FrameworkError):
     retryable = False
 
 
+class AttributesNotSupportedError(FrameworkError):
+    """This store keeps no searchable attributes (it lacks ``Attributes``)."""
+
+    retryable = False
+
+
 class StreamClosedError(InvalidStateError):
     """A body wrote to a stream it had closed."""
 
@@ -302,6 +308,7 @@ class StepTimeoutError(FrameworkError, TimeoutError):
 
 
 __all__ = [
+    "AttributesNotSupportedError",
     "BlockingCallInEventLoopError",
     "BodyRaisedError",
     "ClaimNotSupportedError",

@@ -47,6 +47,7 @@ pytestmark = pytest.mark.anyio
 DURABLE_TABLES = (
     "durable_schema_versions",
     "workflow_attempts",
+    "workflow_attributes",
     "workflow_debounces",
     "workflow_events",
     "workflow_messages",

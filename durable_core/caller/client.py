@@ -36,6 +36,13 @@ from ..errors import (
 from ..primitives.updates import update
 from ..runtime.config import default_max_attempts
 from ..runtime.context import WorkflowContext, body_context, body_effect
+from ..seams.attributes import (
+    AttributeFilter,
+    AttributeValue,
+    attributes_of,
+    check_attributes,
+    check_filters,
+)
 from ..seams.flow_roles import debouncer_of
 from ..seams.plugins import message_sent, observers, workflow_headers
 from ..seams.records import (
@@ -140,6 +147,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         queue: Queue | str | None = None,
         priority: int = 0,
         concurrency_key: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
         if max_attempts is not None and max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -163,6 +171,14 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         """The queue its starts go to; ``None``: each workflow's own (``@workflow(queue=)``)."""
         self.priority = priority
         self.concurrency_key = concurrency_key
+        self.attributes: dict[str, AttributeValue] | None = None
+        """The searchable attributes its starts write with each workflow."""
+        if attributes:
+            attributes_of(store)
+            checked = check_attributes(attributes)
+            if any(value is None for value in checked.values()):
+                raise ConfigurationError("a start's attributes are values, not None")
+            self.attributes = {k: v for k, v in checked.items() if v is not None}
 
     def with_options(
         self,
@@ -172,12 +188,14 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         queue: Queue | str | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> DurableClient:
         """This client, starting workflows with a ``timeout`` (each is cancelled, wherever it
         is, that long after it starts: ``WorkflowTimeoutError`` is its recorded error), an
         attempt budget ``max_attempts``, in ``queue`` (instead of the workflow's own), with
-        ``priority`` (higher is claimed first within the queue) and ``concurrency_key``
-        (what the queue's ``key_concurrency`` counts by)."""
+        ``priority`` (higher is claimed first within the queue), ``concurrency_key``
+        (what the queue's ``key_concurrency`` counts by) and searchable ``attributes``
+        (written with each workflow, added to this client's)."""
         if timeout is not None:
             timeout = durations.seconds(timeout, "with_options timeout", allow_zero=False)
         return DurableClient(
@@ -189,6 +207,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
             concurrency_key=concurrency_key
             if concurrency_key is not None
             else self.concurrency_key,
+            attributes={**(self.attributes or {}), **(attributes or {})} or None,
         )
 
     def _prepare(
@@ -224,6 +243,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
             queue=self.queue or definition.queue,
             priority=self.priority,
             concurrency_key=self.concurrency_key,
+            attributes=self.attributes,
         )
 
     async def _enqueue(
@@ -386,6 +406,17 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         """A handle to an existing workflow."""
         return WorkflowHandle(self.store, workflow_id)
 
+    async def set_attributes(
+        self,
+        workflow_id: str,
+        values: Mapping[str, AttributeValue | None] | None = None,
+        /,
+        **more: AttributeValue | None,
+    ) -> None:
+        """Set workflow ``workflow_id``'s searchable attributes (see
+        :meth:`WorkflowHandle.set_attributes`)."""
+        await self.handle(workflow_id).set_attributes(values, **more)
+
     # -- administration ---------------------------------------------------------------------
 
     async def list_workflows(
@@ -400,13 +431,16 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         created_before: datetime | None = None,
         before: str | None = None,
         error_type: str | None = None,
+        attributes: Mapping[str, AttributeFilter] | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally only those with ``status`` (a
         :class:`WorkflowStatus` or its value), the workflow name ``name``, in ``queue``,
         of the parent ``parent_id``, whose recorded error is of type ``error_type``
         (``builtins.ConnectionError``), created at or after ``created_after`` and before
-        ``created_before`` (aware datetimes). Pages: pass the id of a page's last
-        workflow as ``before`` to get the next page."""
+        ``created_before`` (aware datetimes), whose searchable ``attributes`` match
+        (``{"customer": "acme", "amount": AttributeRange(10, 100)}``: each equal, or a
+        number in the range; found through their index). Pages: pass the id of a page's
+        last workflow as ``before`` to get the next page."""
         if isinstance(status, str) and not isinstance(status, WorkflowStatus):
             try:
                 status = WorkflowStatus(status)
@@ -418,6 +452,19 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         for what, moment in (("created_after", created_after), ("created_before", created_before)):
             if moment is not None and moment.tzinfo is None:
                 raise ConfigurationError(f"{what} must be an aware datetime, got {moment!r}")
+        if attributes:
+            return await attributes_of(self.store).list_by_attributes(
+                check_filters(attributes),
+                status=status,
+                name=name,
+                limit=limit,
+                queue=None if queue is None else queue_name(queue),
+                parent_id=parent_id,
+                created_after=created_after,
+                created_before=created_before,
+                before=before,
+                error_type=error_type or None,
+            )
         return await self.store.list_workflows(
             status=status,
             name=name,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast, overload
@@ -19,8 +19,10 @@ from ..errors import (
     WorkflowNotFinishedError,
     WorkflowNotFoundError,
 )
+from ..primitives.attributes import merged
 from ..primitives.streams import read_stream
 from ..runtime.context import body_context, body_effect
+from ..seams.attributes import AttributeValue, attributes_of, check_attributes
 from ..seams.records import AttemptRecord, StepRecord, StepTryRecord, WorkflowRecord, WorkflowStatus
 from ..seams.store import Store
 from .oncall import why_pending
@@ -68,6 +70,28 @@ class WorkflowHandle(Generic[R]):
     async def status(self) -> WorkflowStatus:
         """The live status of the workflow."""
         return (await self.info()).status
+
+    async def set_attributes(
+        self,
+        values: Mapping[str, AttributeValue | None] | None = None,
+        /,
+        **more: AttributeValue | None,
+    ) -> None:
+        """Set the workflow's searchable attributes, whatever its state (``None`` removes a
+        name): ``await handle.set_attributes(region="eu")``. From a workflow body, once per
+        call site. Raises :class:`WorkflowNotFoundError` for an unknown workflow."""
+        checked = check_attributes(merged(values, more))
+        store = attributes_of(self.store)
+
+        async def write() -> str:
+            await store.set_attributes(self.id, checked)
+            return "null"
+
+        await body_effect("durable.set_attributes_of", [self.id, sorted(checked)], write)
+
+    async def attributes(self) -> dict[str, AttributeValue]:
+        """The workflow's searchable attributes, by name (a whole number as an ``int``)."""
+        return await attributes_of(self.store).get_attributes(self.id)
 
     async def steps(self) -> list[StepRecord]:
         """The recorded steps, in index order."""

@@ -12,6 +12,7 @@ from ..caller.client import DurableClient
 from ..codec.failures import load_error
 from ..dashboard.present import show_arguments, show_value
 from ..errors import ConfigurationError
+from ..seams.attributes import parse_filter
 from ..seams.operators import unserved
 from ..seams.records import (
     AttemptRecord,
@@ -33,6 +34,14 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--queue", help="only the workflows of this queue")
     listing.add_argument(
         "--error", metavar="TYPE", help="only those whose error is of TYPE (builtins.ValueError)"
+    )
+    listing.add_argument(
+        "--attr",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="only those whose attribute NAME is VALUE: text, a number, true or false, or "
+        'LOW..HIGH, a range of numbers ("02139" in quotes: text); repeat for more',
     )
     listing.add_argument("--limit", type=int, default=20, help="workflows a page (default: 20)")
     listing.add_argument(
@@ -87,8 +96,10 @@ def add_commands(commands: Any) -> None:
 
 
 async def _list(args: argparse.Namespace) -> int:
+    attributes = dict(parse_filter(term) for term in args.attr)
     async with opened_store(args.database_url, args.embedded_dir) as store:
         records = await DurableClient(store).list_workflows(
+            attributes=attributes or None,
             status=args.status,
             name=args.name,
             queue=args.queue,

@@ -43,6 +43,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .attributes_contract import AttributesContract
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .compensation_contract import CompensationContract
     from .flow_contract import DebounceContract
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from .talk_contract import StreamsContract, UpdatesContract
 
 _WHERE = {
+    "AttributesContract": "attributes_contract",
     "ClaimerContract": "claimer_contract",
     "DebounceContract": "flow_contract",
     "NoClaimerContract": "claimer_contract",
@@ -66,6 +68,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "AttributesContract",
     "ClaimerContract",
     "CompensationContract",
     "DebounceContract",

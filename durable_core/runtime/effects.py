@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
+from ..seams.attributes import AttributeValue, attributes_of
 from ..seams.plugins import message_sent
 from ..seams.records import ClaimedWorkflow, Lease, NewWorkflow, StepStatus, WaitKind
 from ..seams.store import StepWriter, Store
@@ -91,6 +92,20 @@ class Effects:
             return str(at)
 
         return int(await self.effect(name, input_json, append, records=True))
+
+    async def set_attributes(self: Door, values: dict[str, AttributeValue | None]) -> None:
+        """Set (``None``: remove) this workflow's searchable attributes, once per call site:
+        they and the call's record are one transaction."""
+        attributes = attributes_of(self.store)
+        name, input_json = "durable.set_attributes", json.dumps(sorted(values))
+
+        async def write(call: Call) -> str:
+            await attributes.record_attributes(
+                self.lease, values, call.index, name, input_json, path=call.stored_path
+            )
+            return "null"
+
+        await self.effect(name, input_json, write, records=True)
 
     async def recv_update(
         self: Door, name: str, until: timedelta | None, validate: Callable[[str], str | None]

@@ -127,6 +127,8 @@ class NewWorkflow:
     """What its queue's ``key_concurrency`` limit counts by (a customer id, say)."""
     headers: Mapping[str, str] | None = None
     """What the starter passes along to the worker (a trace context, say)."""
+    attributes: Mapping[str, str | int | float | bool] | None = None
+    """Its searchable attributes, written with the row (by an ``Attributes`` store)."""
 
 
 @dataclass(frozen=True, slots=True)

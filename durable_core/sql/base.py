@@ -166,7 +166,7 @@ class SQLStoreBase:
             return []
         for row in batch:
             await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
-        if self.statements.enqueue_returns_ids and len(batch) == 1:
+        if self.statements.enqueue_returns_ids and len(batch) == 1 and not batch[0].attributes:
             # Nothing else to roll back on a conflict: one statement, no transaction.
             [params] = self.statements.enqueue_params(batch)
             return await self._insert_new(self.connector, batch, params)
@@ -178,7 +178,9 @@ class SQLStoreBase:
         q = self.statements
         if q.enqueue_returns_ids:
             [params] = q.enqueue_params(batch)
-            return await self._insert_new(session, batch, params)
+            written = await self._insert_new(session, batch, params)
+            await self._enqueued(session, [row for row in batch if row.id in set(written)])
+            return written
         existing = await session.fetch(q.existing, {"ids": [row.id for row in batch]})
         check_repeats(batch, existing)
         taken = {found["id"] for found in existing}
@@ -186,7 +188,12 @@ class SQLStoreBase:
         if new:
             bound = [self.dialect.bind_clock(p) for p in q.enqueue_params(new)]
             await session.execute_many(q.enqueue, bound)
+            await self._enqueued(session, new)
         return [row.id for row in new]
+
+    async def _enqueued(self, session: Session, rows: Sequence[NewWorkflow]) -> None:
+        """Write what comes with the new ``rows`` beyond their own (their attributes), in the
+        transaction that inserted them (nothing here)."""
 
     async def _insert_new(
         self, session: Session, batch: Sequence[NewWorkflow], params: Params

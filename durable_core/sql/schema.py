@@ -105,6 +105,7 @@ workflow_workers = metadata.tables["workflow_workers"]
 workflow_streams = metadata.tables["workflow_streams"]
 workflow_updates = metadata.tables["workflow_updates"]
 workflow_debounces = metadata.tables["workflow_debounces"]
+workflow_attributes = metadata.tables["workflow_attributes"]
 
 
 WORKFLOW_TABLES = ", ".join(
@@ -128,6 +129,7 @@ __all__ = [
     "metadata",
     "schema_versions",
     "workflow_attempts",
+    "workflow_attributes",
     "workflow_events",
     "workflow_messages",
     "workflow_schedules",

@@ -512,6 +512,41 @@ def _v10() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v11() -> list[ops.MigrateOperation]:
+    # Searchable attributes: one row per workflow and name, its value in the column of its
+    # type (the others NULL), with a copy of the workflow's created_at so an index of
+    # (name, value, created_at) lists a value's workflows newest first without a sort.
+    values: list[tuple[str, sa.types.TypeEngine[Any]]] = [
+        ("text", sa.String(255)),
+        ("number", sa.Double()),
+        ("bool", sa.Boolean()),
+    ]
+    table = "workflow_attributes"
+    return [
+        _table(
+            table,
+            sa.Column(
+                "workflow_id",
+                sa.String(255),
+                sa.ForeignKey("workflows.id", ondelete="CASCADE", name=f"fk_{table}_workflow_id"),
+                primary_key=True,
+            ),
+            sa.Column("name", sa.String(64), primary_key=True),
+            *(sa.Column(f"value_{kind}", type_, nullable=True) for kind, type_ in values),
+            sa.Column("created_at", UTCDateTime(), nullable=False),
+        ),
+        *(
+            _partial(
+                f"ix_{table}_{kind}",
+                table,
+                ("name", f"value_{kind}", "created_at", "workflow_id"),
+                f"value_{kind} IS NOT NULL",
+            )
+            for kind, _ in values
+        ),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -537,6 +572,7 @@ VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(8, "durable_schema_v8", "talking to running workflows: streams and updates", _v8),
     SchemaVersion(9, "durable_schema_v9", "schedules: overlap policies and buffered ticks", _v9),
     SchemaVersion(10, "durable_schema_v10", "flow control: debounce windows; keyed claims", _v10),
+    SchemaVersion(11, "durable_schema_v11", "searchable attributes, each type indexed", _v11),
 )
 
 LATEST = VERSIONS[-1].number

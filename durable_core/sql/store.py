@@ -29,6 +29,7 @@ from ..seams.records import (
     settled_outcome,
 )
 from . import errors
+from .attributes import AttributeOperations
 from .compensation import CompensationOperations
 from .connector import Params
 from .debounce import DebounceOperations
@@ -50,6 +51,7 @@ class SQLStore(
     StreamOperations,
     UpdateOperations,
     DebounceOperations,
+    AttributeOperations,
     ScheduleOperations,
     ScheduleOverlapOperations,
     WorkerOperations,

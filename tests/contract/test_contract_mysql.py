@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from durable_core.contract import (
+    AttributesContract,
     CompensationContract,
     DebounceContract,
     NoClaimerContract,
@@ -51,6 +52,7 @@ class TestMySQLStore(
     StreamsContract,
     UpdatesContract,
     ScheduleOverlapContract,
+    AttributesContract,
     CompensationContract,
     DebounceContract,
 ):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from durable_core.contract import (
+    AttributesContract,
     CompensationContract,
     DebounceContract,
     NoClaimerContract,
@@ -44,6 +45,7 @@ class TestSQLiteStore(
     StreamsContract,
     UpdatesContract,
     ScheduleOverlapContract,
+    AttributesContract,
     CompensationContract,
     DebounceContract,
 ):

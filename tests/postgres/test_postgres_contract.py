@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from durable_core.contract import (
+    AttributesContract,
     ClaimerContract,
     CompensationContract,
     DebounceContract,
@@ -86,5 +87,6 @@ class TestPostgresStore(
     ScheduleOverlapContract,
     CompensationContract,
     DebounceContract,
+    AttributesContract,
 ):
     pass

@@ -1,0 +1,175 @@
+"""Searchable attributes in process (SQLite): a body sets them once per call site, a start
+and a caller set them, lists and ``durable list --attr`` filter by them, and bad input
+gets a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from durable_core import (
+    AttributeRange,
+    ConfigurationError,
+    DurableClient,
+    FrameworkError,
+    WorkflowNotFoundError,
+    WorkflowStatus,
+    recv,
+    set_attributes,
+    workflow,
+    workflow_step,
+)
+from durable_core.seams.attributes import parse_filter
+from durable_core.testing import WorkflowRunner
+from durable_sqlite import SQLiteStore
+from tests.side_effects import effect
+from tests.test_cli import durable
+
+pytestmark = pytest.mark.anyio
+
+
+@workflow_step
+async def price(order: str) -> float:
+    effect(f"price:{order}")
+    return 120.5
+
+
+@workflow
+async def tagged_order(order: str, customer: str) -> str:
+    await set_attributes(customer=customer, stage="priced")
+    amount = await price(order)
+    await set_attributes({"amount": amount, "stage": None})
+    await recv("ship")
+    await set_attributes(shipped=True)
+    return order
+
+
+@workflow_step
+async def inside_a_step() -> None:
+    await set_attributes(customer="x")
+
+
+@workflow
+async def sets_from_a_step() -> None:
+    await inside_a_step()
+
+
+async def test_a_body_sets_them_once_and_a_replay_writes_nothing(
+    sqlite_store: SQLiteStore, effects: object
+) -> None:
+    client = DurableClient(sqlite_store)
+    runner = WorkflowRunner(sqlite_store)
+    handle = await client.start_workflow(tagged_order, "o-1", "acme")
+    assert await runner.run_once(handle) is WorkflowStatus.WAITING
+    assert await handle.attributes() == {"amount": 120.5, "customer": "acme"}
+    # A caller changes one meanwhile: the replay does not write the body's value again.
+    await handle.set_attributes(customer="acme-eu")
+    await client.send(handle.id, None, topic="ship")
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await handle.attributes() == {"amount": 120.5, "customer": "acme-eu", "shipped": True}
+    steps = [s.step_name for s in await handle.steps()]
+    assert steps.count("durable.set_attributes") == 3
+    found = await client.list_workflows(attributes={"customer": "acme-eu", "shipped": True})
+    assert [r.id for r in found] == [handle.id]
+
+
+async def test_a_start_carries_them_and_lists_filter_by_them(sqlite_store: SQLiteStore) -> None:
+    client = DurableClient(sqlite_store)
+    acme = client.with_options(attributes={"customer": "acme"})
+    small = await acme.with_options(attributes={"amount": 5}).start_workflow(
+        tagged_order, "o-2", "acme"
+    )
+    big = await acme.with_options(attributes={"amount": 500}).start_workflow(
+        tagged_order, "o-3", "acme"
+    )
+    other = await client.with_options(
+        attributes={"customer": "globex", "amount": 50}
+    ).start_workflow(tagged_order, "o-4", "globex")
+    assert await small.attributes() == {"amount": 5, "customer": "acme"}
+
+    async def ids(**filters: object) -> list[str]:
+        return [r.id for r in await client.list_workflows(attributes=filters)]  # type: ignore[arg-type]
+
+    assert await ids(customer="acme") == [big.id, small.id]
+    assert await ids(amount=AttributeRange(10, 1000)) == [other.id, big.id]
+    assert await ids(customer="acme", amount=AttributeRange(max=10)) == [small.id]
+    first = await client.list_workflows(attributes={"customer": "acme"}, limit=1)
+    rest = await client.list_workflows(attributes={"customer": "acme"}, before=first[0].id)
+    assert [r.id for r in first + rest] == [big.id, small.id]
+    await client.set_attributes(other.id, customer=None)
+    assert await ids(amount=50) == [other.id]
+    assert await ids(customer="globex") == []
+
+
+async def test_bad_input_gets_a_clear_error(sqlite_store: SQLiteStore) -> None:
+    client = DurableClient(sqlite_store)
+    with pytest.raises(ConfigurationError, match="is a str, an int, a float or a bool"):
+        client.with_options(attributes={"when": object()})  # type: ignore[dict-item]
+    with pytest.raises(ConfigurationError, match="attribute name is 1 to 64"):
+        await client.list_workflows(attributes={"x" * 65: 1})
+    with pytest.raises(ConfigurationError, match="finite number"):
+        await client.list_workflows(attributes={"amount": float("nan")})
+    with pytest.raises(ConfigurationError, match="min 5 is above its max 1"):
+        AttributeRange(5, 1)
+    with pytest.raises(ConfigurationError, match="at most 2\\*\\*53"):
+        await client.set_attributes("any", big=2**60)
+    with pytest.raises(WorkflowNotFoundError, match="nope"):
+        await client.set_attributes("nope", customer="acme")
+    with pytest.raises(FrameworkError, match="works only in a workflow body"):
+        await set_attributes(customer="acme")
+    runner = WorkflowRunner(sqlite_store)
+    handle = await client.start_workflow(sets_from_a_step)
+    assert await runner.run_until_complete(handle) is WorkflowStatus.FAILED
+    assert "set_attributes() works in a workflow body, not inside a step" in str(
+        (await handle.info()).error
+    )
+
+
+def test_a_filter_term_reads_as_its_type() -> None:
+    assert parse_filter("customer=acme") == ("customer", "acme")
+    assert parse_filter("amount=10") == ("amount", 10)
+    assert parse_filter("amount=10.5..") == ("amount", AttributeRange(min=10.5))
+    assert parse_filter("amount=..100") == ("amount", AttributeRange(max=100))
+    assert parse_filter("amount=1..2") == ("amount", AttributeRange(1, 2))
+    assert parse_filter('zip="02139"') == ("zip", "02139")
+    assert parse_filter("rush=true") == ("rush", True)
+    assert parse_filter("region=us east") == ("region", "us east")
+    for bad, why in [
+        ("customer", "NAME=VALUE"),
+        ("=acme", "NAME=VALUE"),
+        ("amount=a..b", "a range's end is a number"),
+        ("amount=..", "needs an end"),
+        ("bad name=1", "attribute name"),
+    ]:
+        with pytest.raises(ConfigurationError, match=why):
+            parse_filter(bad)
+
+
+async def test_durable_list_filters_by_attributes(
+    sqlite_store: SQLiteStore, tmp_path: Path
+) -> None:
+    client = DurableClient(sqlite_store)
+    mine = await client.with_options(attributes={"customer": "acme", "amount": 50}).start_workflow(
+        tagged_order, "o-5", "acme"
+    )
+    await client.with_options(attributes={"customer": "acme", "amount": 500}).start_workflow(
+        tagged_order, "o-6", "acme"
+    )
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    listed = durable(
+        "list",
+        "--database-url",
+        url,
+        "--attr",
+        "customer=acme",
+        "--attr",
+        "amount=10..100",
+        "--json",
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [r["id"] for r in json.loads(listed.stdout)] == [mine.id]
+    bad = durable("list", "--database-url", url, "--attr", "amount")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "durable: error: an attribute filter is NAME=VALUE, got 'amount'"
