@@ -173,3 +173,28 @@ async def test_durable_list_filters_by_attributes(
     bad = durable("list", "--database-url", url, "--attr", "amount")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "durable: error: an attribute filter is NAME=VALUE, got 'amount'"
+
+
+async def test_the_dashboard_lists_by_attributes(sqlite_store: SQLiteStore) -> None:
+    import httpx
+
+    from durable_core.dashboard import create_app
+
+    client = DurableClient(sqlite_store)
+    mine = await client.with_options(attributes={"customer": "acme", "amount": 50}).start_workflow(
+        tagged_order, "o-7", "acme"
+    )
+    theirs = await client.with_options(attributes={"customer": "globex"}).start_workflow(
+        tagged_order, "o-8", "globex"
+    )
+    transport = httpx.ASGITransport(app=create_app(sqlite_store))
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as web:
+        everything = await web.get("/")
+        assert mine.id in everything.text and theirs.id in everything.text
+        page = await web.get("/", params={"attr": "customer=acme, amount=10..100"})
+        assert page.status_code == 200
+        assert mine.id in page.text and theirs.id not in page.text
+        assert 'value="customer=acme, amount=10..100"' in page.text
+        bad = await web.get("/", params={"attr": "amount"})
+        assert bad.status_code == 400
+        assert "an attribute filter is NAME=VALUE, got &#39;amount&#39;" in bad.text

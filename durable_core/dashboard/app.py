@@ -40,6 +40,7 @@ from ..errors import (
     WorkflowNotFoundError,
 )
 from ..redaction import redact
+from ..seams.attributes import parse_filter
 from ..seams.records import WorkflowStatus
 from ..seams.store import Store
 from . import present
@@ -53,8 +54,9 @@ STEP_PAGE = 100
 """Steps on one page of a workflow's timeline."""
 REFRESH_SECONDS = 5
 """How often an open page refreshes itself."""
-FILTERS = ("status", "name", "queue", "error", "created_after", "created_before")
-"""The list's filters, as query parameters (``error``: the recorded error's type)."""
+FILTERS = ("status", "name", "queue", "error", "created_after", "created_before", "attr")
+"""The list's filters, as query parameters (``error``: the recorded error's type; ``attr``:
+attribute filters, ``NAME=VALUE`` terms separated by commas, as ``durable list --attr``)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -233,7 +235,10 @@ class _Dashboard(OnCallPages):
             return RedirectResponse(request.url_for("workflow", workflow_id=wanted), 303)
         before = query.get("before") or None
         where = filter_of(query)
+        terms = [term for term in query.get("attr", "").split(",") if term.strip()]
+        attributes = dict(parse_filter(term) for term in terms)
         rows = await self.client.list_workflows(
+            attributes=attributes or None,
             status=where.status,
             name=where.name,
             queue=where.queue,
@@ -256,7 +261,8 @@ class _Dashboard(OnCallPages):
             "older": older,
             "newest": "?" + urlencode(kept) if before else None,
             "live": before is None,
-            "bulk": bool(kept) and self.client.has_queries,
+            # The bulk actions cover the other filters only: none is offered with attributes.
+            "bulk": bool(kept) and not attributes and self.client.has_queries,
         }
         template = "rows.html" if query.get("fragment") else "workflows.html"
         return self._page(request, template, context)
