@@ -7,6 +7,7 @@ from types import ModuleType
 
 from bench.common import ScenarioResult, Settings
 from bench.scenarios import (
+    attributes,
     claim,
     claim_waiting,
     dashboard,
@@ -38,6 +39,7 @@ ALL: tuple[ModuleType, ...] = (
     gather,
     streams,
     updates,
+    attributes,
     claim,
     claim_waiting,
     steps,
