@@ -21,6 +21,7 @@ from durable_core import (
     workflow,
     workflow_step,
 )
+from durable_core.caller.sync import SyncClient
 from durable_core.seams.attributes import parse_filter
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
@@ -198,3 +199,18 @@ async def test_the_dashboard_lists_by_attributes(sqlite_store: SQLiteStore) -> N
         bad = await web.get("/", params={"attr": "amount"})
         assert bad.status_code == 400
         assert "an attribute filter is NAME=VALUE, got &#39;amount&#39;" in bad.text
+
+
+def test_the_sync_client_sets_and_lists_them(tmp_path: Path) -> None:
+    with SyncClient(f"sqlite:///{tmp_path / 'sync.db'}") as client:
+        client.apply_schema()
+        acme = client.with_options(attributes={"customer": "acme"})
+        started = acme.with_options(attributes={"amount": 5}).start_workflow(
+            tagged_order, "o-9", "acme"
+        )
+        assert started.attributes() == {"amount": 5, "customer": "acme"}
+        client.set_attributes(started.id, amount=None)
+        started.set_attributes(region="eu")
+        assert started.attributes() == {"customer": "acme", "region": "eu"}
+        found = client.list_workflows(attributes={"region": "eu"})
+        assert [r.id for r in found] == [started.id]

@@ -35,6 +35,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ..definitions.debounce import DebounceKey
 from ..definitions.queues import Queue
 from ..errors import BlockingCallInEventLoopError, ConfigurationError
+from ..seams.attributes import AttributeFilter, AttributeValue
 from ..seams.records import (
     AttemptRecord,
     BacklogRecord,
@@ -156,6 +157,7 @@ def _on(store: Store, template: DurableClient) -> DurableClient:
         queue=template.queue,
         priority=template.priority,
         concurrency_key=template.concurrency_key,
+        attributes=template.attributes,
     )
 
 
@@ -241,6 +243,16 @@ class SyncHandle(Generic[R]):
         """Cancel the workflow and its unfinished children."""
         self._call("cancel")
 
+    def set_attributes(
+        self, values: Mapping[str, AttributeValue | None] | None = None, /, **more: Any
+    ) -> None:
+        """Set the workflow's searchable attributes (``None`` removes a name)."""
+        self._call("set_attributes", {**(values or {}), **more})
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        """The workflow's searchable attributes, by name."""
+        return self._call("attributes")  # type: ignore[no-any-return]
+
     def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The value the workflow published under ``key``, waiting up to ``timeout`` for it
         (``None`` then); with no timeout, until it appears."""
@@ -308,6 +320,7 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
         queue: Queue | str | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> SyncClient:
         """This client (on the same loop and store), starting workflows with these options;
         see :meth:`DurableClient.with_options`."""
@@ -319,6 +332,7 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
             queue=queue,
             priority=priority,
             concurrency_key=concurrency_key,
+            attributes=attributes,
         )
         copy._bound = copy._template
         return copy
@@ -448,6 +462,7 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
         created_before: datetime | None = None,
         before: str | None = None,
         error_type: str | None = None,
+        attributes: Mapping[str, AttributeFilter] | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally filtered, a page at a time; see
         :meth:`DurableClient.list_workflows`."""
@@ -462,7 +477,18 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
             created_before=created_before,
             before=before,
             error_type=error_type,
+            attributes=attributes,
         )
+
+    def set_attributes(
+        self,
+        workflow_id: str,
+        values: Mapping[str, AttributeValue | None] | None = None,
+        /,
+        **more: AttributeValue | None,
+    ) -> None:
+        """Set workflow ``workflow_id``'s searchable attributes (``None`` removes a name)."""
+        self.handle(workflow_id).set_attributes(values, **more)
 
     def get(self, workflow_id: str) -> WorkflowRecord:
         """The row of workflow ``workflow_id``."""
