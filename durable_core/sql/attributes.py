@@ -114,34 +114,27 @@ class AttributeStatements:
         return query
 
     def _build(self, filters: frozenset[str], shape: Shape) -> sa.Select[Any]:
-        joined: sa.FromClause = wf
-        first: sa.FromClause | None = None
-        for i, (kind, test) in enumerate(shape):
-            a = at.alias(f"a{i}")
-            first = a if first is None else first
-            value = a.c[f"value_{kind}"]
-            typed = _TYPES[kind]
-            tests: list[sa.ColumnElement[bool]] = [a.c.name == param(f"a{i}_name")]
+        aliases = [at.alias(f"a{i}") for i in range(len(shape))]
+        first = aliases[0]
+        joined: sa.FromClause = first
+        tests: list[sa.ColumnElement[bool]] = []
+        for i, (a, (kind, test)) in enumerate(zip(aliases, shape, strict=True)):
+            value, typed = a.c[f"value_{kind}"], _TYPES[kind]
+            mine = [a.c.name == param(f"a{i}_name")]
             if test == "eq":
-                tests.append(value == param(f"a{i}_value", typed))
+                mine.append(value == param(f"a{i}_value", typed))
             if test in ("ge", "between"):
-                tests.append(value >= param(f"a{i}_min", typed))
+                mine.append(value >= param(f"a{i}_min", typed))
             if test in ("le", "between"):
-                tests.append(value <= param(f"a{i}_max", typed))
-            joined = joined.join(a, sa.and_(a.c.workflow_id == wf.c.id, *tests))
-        assert first is not None
-        query = (
-            sa.select(wf)
-            .select_from(joined)
-            .order_by(first.c.created_at.desc(), first.c.workflow_id.desc())
-            .limit(param("limit", sa.Integer()))
-        )
-        for name in sorted(filters - set(_ON_ATTRIBUTE)):
-            query = query.where(*LIST_FILTERS[name](self.dialect))
+                mine.append(value <= param(f"a{i}_max", typed))
+            if a is first:
+                tests.extend(mine)
+            else:
+                joined = joined.join(a, sa.and_(a.c.workflow_id == first.c.workflow_id, *mine))
         if "created_after" in filters:
-            query = query.where(first.c.created_at >= param("created_after", UTCDateTime()))
+            tests.append(first.c.created_at >= param("created_after", UTCDateTime()))
         if "created_before" in filters:
-            query = query.where(first.c.created_at < param("created_before", UTCDateTime()))
+            tests.append(first.c.created_at < param("created_before", UTCDateTime()))
         if "before" in filters:
             cursor = wf.alias("cursor")
             moment = (
@@ -149,10 +142,36 @@ class AttributeStatements:
                 .where(cursor.c.id == param("before"))
                 .scalar_subquery()
             )
-            query = query.where(
-                first.c.created_at <= moment,
-                sa.or_(first.c.created_at < moment, first.c.workflow_id < param("before")),
+            tests.append(first.c.created_at <= moment)
+            tests.append(sa.or_(first.c.created_at < moment, first.c.workflow_id < param("before")))
+        newest = (first.c.created_at.desc(), first.c.workflow_id.desc())
+        limit = param("limit", sa.Integer())
+        on_rows = sorted(filters - set(_ON_ATTRIBUTE))
+        if not on_rows:
+            # Every filter is the attributes': the page is found in their table alone, and
+            # only its workflows are read (not every match's, before a sort of a range).
+            page = (
+                sa.select(first.c.workflow_id, first.c.created_at)
+                .select_from(joined)
+                .where(*tests)
+                .order_by(*newest)
+                .limit(limit)
+                .subquery("page")
             )
+            return (
+                sa.select(wf)
+                .join(page, page.c.workflow_id == wf.c.id)
+                .order_by(page.c.created_at.desc(), page.c.workflow_id.desc())
+            )
+        query = (
+            sa.select(wf)
+            .select_from(joined.join(wf, wf.c.id == first.c.workflow_id))
+            .where(*tests)
+            .order_by(*newest)
+            .limit(limit)
+        )
+        for name in on_rows:
+            query = query.where(*LIST_FILTERS[name](self.dialect))
         return query
 
 
