@@ -159,6 +159,13 @@ class Saga:
         if run is None or record is None:
             await self._plain(exc)
             return
+        try:
+            await self._exit(run, record, exc)
+        finally:
+            run.sagas_open -= 1
+
+    async def _exit(self, run: Attempt, record: SagaRecord, exc: BaseException | None) -> None:
+        """Leave the saga's block in a workflow: end it, or compensate and raise."""
         if record.undo is None and not self._owed:
             return  # nothing to undo, nothing owed
         if record.undo is None and exc is None:

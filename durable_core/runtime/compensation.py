@@ -197,8 +197,6 @@ class Sagas:
             return await self._act(call, json.dumps([path]), lambda _: _text(output))
         finally:
             compensating.reset(token)
-            if part == "end":
-                self.sagas_open -= 1
 
     async def saga_compensate(
         self: SagaDoor,
