@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,6 +37,7 @@ from durable_core.runtime.config import WorkflowConfig
 from durable_core.runtime.context import WorkflowContext
 from durable_core.seams.store import Store
 from durable_core.testing import TestClock, WorkflowRunner
+from tests.test_cli import durable
 
 pytestmark = pytest.mark.anyio
 
@@ -204,6 +206,21 @@ async def test_a_cancel_of_a_workflow_owing_compensations_runs_them_first(
         await handle.output()
     assert f"compensations ran: {undo.name}" in str(raised.value)
     assert raised.value.error["details"]["compensations"] == [undo.name]
+
+
+async def test_durable_cancel_says_the_cancel_is_a_request(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    handle = await DurableClient(sqlite_store).start_workflow(waits_in_saga, 3)
+    assert await runner(sqlite_store).run_once(handle) is WorkflowStatus.WAITING
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    requested = durable("cancel", handle.id, "--database-url", url)
+    assert requested.returncode == 0, requested.stderr
+    assert requested.stdout == (
+        f"workflow {handle.id}: cancel requested; it runs its compensations first\n"
+    )
+    assert await runner(sqlite_store).run_until_complete(handle) is WorkflowStatus.CANCELLED
+    assert LOG == ["book car", "undo car-ref"]
 
 
 EVENTS: dict[str, anyio.Event] = {}

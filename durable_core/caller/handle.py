@@ -236,7 +236,9 @@ class WorkflowHandle(Generic[R]):
     async def cancel(self) -> None:
         """Cancel the workflow and its unfinished children. A running body stops at once
         (on PostgreSQL; elsewhere at its next write), its interrupted step ends
-        ``cancelled``; a waiting or pending one simply never runs again."""
+        ``cancelled``; a waiting or pending one simply never runs again. A workflow that
+        owes a saga's compensations runs them first, then ends cancelled
+        (:func:`~durable_core.saga`)."""
 
         async def cancel() -> str:
             await self.store.cancel_workflow(self.id)

@@ -303,8 +303,13 @@ async def _retry(args: argparse.Namespace) -> int:
 
 async def _cancel(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
-        await DurableClient(store).cancel(args.workflow_id)
-    print(f"workflow {args.workflow_id} cancelled")
+        client = DurableClient(store)
+        await client.cancel(args.workflow_id)
+        status = await client.handle(args.workflow_id).status()
+    if status.is_terminal:
+        print(f"workflow {args.workflow_id} cancelled")
+    else:  # it owes a saga's compensations: they run first
+        print(f"workflow {args.workflow_id}: cancel requested; it runs its compensations first")
     return 0
 
 
