@@ -38,6 +38,7 @@ from ..runtime.config import default_max_attempts
 from ..runtime.context import WorkflowContext, body_context, body_effect
 from ..seams.attributes import (
     AttributeFilter,
+    Attributes,
     AttributeValue,
     attributes_of,
     check_attributes,
@@ -518,7 +519,8 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         """Start a new workflow (a new id) with the name, input, attempt budget and timeout
         of ``workflow_id``, whose step cache holds copies of its succeeded steps before
         index ``from_step``: it replays those and runs again from step ``from_step``.
-        The original is left as it is."""
+        It starts with the original's searchable attributes (those its replayed calls set
+        among them). The original is left as it is."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
             raise ConfigurationError(f"from_step is a step index (0 or more), got {from_step!r}")
         source = await self.get(workflow_id)
@@ -536,6 +538,12 @@ class DurableClient(ScheduleMethods, OnCallMethods):
             priority=source.priority,
             concurrency_key=source.concurrency_key,
             headers=source.headers,
+            attributes=(
+                await self.store.get_attributes(workflow_id)
+                if isinstance(self.store, Attributes)
+                else None
+            )
+            or None,
         )
 
         async def fork() -> str:
