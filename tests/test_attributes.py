@@ -22,7 +22,7 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.caller.sync import SyncClient
-from durable_core.seams.attributes import parse_filter
+from durable_core.seams.attributes import AttributeValue, filter_term, parse_filter
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 from tests.side_effects import effect
@@ -74,6 +74,9 @@ async def test_a_body_sets_them_once_and_a_replay_writes_nothing(
     assert steps.count("durable.set_attributes") == 3
     found = await client.list_workflows(attributes={"customer": "acme-eu", "shipped": True})
     assert [r.id for r in found] == [handle.id]
+    # A fork replays the calls that set them: it starts with the original's.
+    forked = await client.fork(handle.id, from_step=3)
+    assert await forked.attributes() == await handle.attributes()
 
 
 async def test_a_start_carries_them_and_lists_filter_by_them(sqlite_store: SQLiteStore) -> None:
@@ -196,6 +199,10 @@ async def test_the_dashboard_lists_by_attributes(sqlite_store: SQLiteStore) -> N
         assert page.status_code == 200
         assert mine.id in page.text and theirs.id not in page.text
         assert 'value="customer=acme, amount=10..100"' in page.text
+        shown = await web.get(f"/workflows/{mine.id}")
+        assert shown.status_code == 200
+        assert 'href="http://localhost/?attr=customer%3Dacme">customer=acme</a>' in shown.text
+        assert 'href="http://localhost/?attr=amount%3D50">amount=50</a>' in shown.text
         bad = await web.get("/", params={"attr": "amount"})
         assert bad.status_code == 400
         assert "an attribute filter is NAME=VALUE, got &#39;amount&#39;" in bad.text
@@ -214,3 +221,13 @@ def test_the_sync_client_sets_and_lists_them(tmp_path: Path) -> None:
         assert started.attributes() == {"customer": "acme", "region": "eu"}
         found = client.list_workflows(attributes={"region": "eu"})
         assert [r.id for r in found] == [started.id]
+
+
+def test_a_value_shown_as_a_term_reads_back_as_itself() -> None:
+    values: list[AttributeValue] = ["acme", "02139", "true", "12.5", "us east", 12, 12.5, True]
+    for value in [*values, False]:
+        term = filter_term("x", value)
+        assert term is not None
+        name, read = parse_filter(term)
+        assert (name, read, type(read)) == ("x", value, type(value)), term
+    assert filter_term("x", "a,b") is None and filter_term("x", "1..2") is None

@@ -40,7 +40,7 @@ from ..errors import (
     WorkflowNotFoundError,
 )
 from ..redaction import redact
-from ..seams.attributes import parse_filter
+from ..seams.attributes import Attributes, filter_term, parse_filter
 from ..seams.records import WorkflowStatus
 from ..seams.store import Store
 from . import present
@@ -295,6 +295,7 @@ class _Dashboard(OnCallPages):
             "waiting": record.wait_description or "",
             "topic": topic if kind == "message" else "",
             "why_pending": await self.client.why_pending(record),
+            "attributes": await _attributes(self.client, workflow_id),
             "live": not record.status.is_terminal,
         }
         template = "workflow_live.html" if request.query_params.get("fragment") else "workflow.html"
@@ -346,6 +347,19 @@ class _Dashboard(OnCallPages):
             self.store_metrics = StoreMetrics(self.client, ended=True)
         body = await store_exposition(self.store_metrics)
         return Response(body, headers={"content-type": CONTENT_TYPE})
+
+
+async def _attributes(client: DurableClient, workflow_id: str) -> list[tuple[str, str | None]]:
+    """The workflow's attributes as ``NAME=VALUE``, each with the query of the list filtered
+    by it (``None`` where no term holds it); none on a store that keeps none."""
+    if not isinstance(client.store, Attributes):
+        return []
+    found = await client.store.get_attributes(workflow_id)
+    shown = []
+    for name, value in found.items():
+        term = filter_term(name, value)
+        shown.append((f"{name}={value}", None if term is None else urlencode({"attr": term})))
+    return shown
 
 
 def _index(text: str) -> int:

@@ -172,6 +172,21 @@ def parse_filter(term: str) -> tuple[str, AttributeFilter]:
     return name, check_value(name, text)
 
 
+def filter_term(name: str, value: AttributeValue) -> str | None:
+    """The ``NAME=VALUE`` term :func:`parse_filter` reads back as ``value`` (text that
+    would read as another type goes in JSON quotes), or ``None`` for text no term of a
+    comma-separated list holds (a comma, or ``..``)."""
+    if isinstance(value, bool):
+        return f"{name}={'true' if value else 'false'}"
+    if not isinstance(value, str):
+        return f"{name}={value!r}"
+    if "," in value or ".." in value:
+        return None
+    plain = f"{name}={value}"
+    read = parse_filter(plain)[1]
+    return plain if isinstance(read, str) and read == value else f"{name}={json.dumps(value)}"
+
+
 def _parsed_number(name: str, text: str) -> int | float:
     try:
         number = json.loads(text)
