@@ -59,7 +59,8 @@ async def db(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
 async def explain(
     db: asyncpg.Connection, filters: dict[str, AttributeFilter], **more: Any
 ) -> list[dict[str, Any]]:
-    """The nodes of the analysed plan of the list the store runs for ``filters``."""
+    """The nodes of the analysed plan of the list the store runs for ``filters`` (and the
+    list filters ``more``)."""
     ordered = _ordered(filters)
     params: dict[str, Any] = {"limit": 50, **more}
     for i, (name, wanted) in enumerate(ordered):
@@ -74,8 +75,11 @@ async def explain(
     shape = tuple(_test(wanted) for _, wanted in ordered)
     query = AttributeStatements(PostgresDialect()).listed(frozenset(more), shape)
     compiled = compile_statement(query)
+    # As the store runs it: planned for its values when a workflow row's filter is given,
+    # else one generic plan for every value.
+    mode = "force_custom_plan" if more else "force_generic_plan"
     async with db.transaction():
-        await db.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
         raw = await db.fetchval(
             f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled.sql}", *compiled.args(params)
         )
