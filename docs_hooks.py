@@ -155,7 +155,10 @@ def api() -> str:
     for module, names in sorted(groups.items()):
         lines += [f"## `{module}`", ""]
         for name in names:
-            lines += [f"::: durable_core.{name}", "    options:", "      heading_level: 3", ""]
+            lines += [f"::: durable_core.{name}", "    options:", "      heading_level: 3"]
+            if name == "Store":  # the union of the roles: their methods are its own
+                lines.append("      inherited_members: true")
+            lines.append("")
     return "\n".join(lines)
 
 

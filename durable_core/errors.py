@@ -197,6 +197,13 @@ class ClaimNotSupportedError(FrameworkError):
         )
 
 
+class RoleNotSupportedError(FrameworkError):
+    """A store lacks a role (a protocol of :mod:`durable_core.seams.roles`) that the code
+    given it needs: the worker refuses it at boot, the client at the call that needs it."""
+
+    retryable = False
+
+
 class WorkerStartError(FrameworkError):
     """A ``durable worker`` process started for a test exited, or did not start in time."""
 
@@ -326,6 +333,7 @@ __all__ = [
     "LeaseLostError",
     "NotAWorkflowError",
     "RegistrationError",
+    "RoleNotSupportedError",
     "ScheduleConflictError",
     "ScheduleNotFoundError",
     "SchemaMissingError",

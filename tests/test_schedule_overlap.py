@@ -16,6 +16,7 @@ from durable_core.definitions.schedules import MAX_BACKFILL, tick_workflow_id
 from durable_core.runtime.config import WorkflowConfig
 from durable_core.runtime.scheduler import Scheduler
 from durable_core.seams.operators import WorkflowFilter
+from durable_core.seams.store import Store
 from durable_sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -33,10 +34,12 @@ async def every_second(client: DurableClient, name: str, overlap: Overlap) -> No
     """Schedule ``name`` every second, its next tick at T0."""
     await client.add_schedule(name, job, Schedule("* * * * * *", args=["x"], overlap=overlap))
     found = await client.get_schedule(name)
+    assert isinstance(client.store, Store)
     assert await client.store.update_schedule(dataclasses.replace(found, next_tick=T0))
 
 
 def scheduler(client: DurableClient, now: datetime) -> Scheduler:
+    assert isinstance(client.store, Store)
     return Scheduler(client.store, WorkflowConfig(), Registry(), worker_id="w", clock=lambda: now)
 
 

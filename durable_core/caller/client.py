@@ -54,7 +54,8 @@ from ..seams.records import (
     WorkflowRecord,
     WorkflowStatus,
 )
-from ..seams.store import Store, WorkflowStats
+from ..seams.roles import CallerStore, admin_of, describe
+from ..seams.store import WorkflowStats
 from .handle import WorkflowHandle
 from .oncall import OnCallMethods
 from .schedule_admin import ScheduleMethods
@@ -75,8 +76,8 @@ class WorkflowStart:
     workflow_id: str | None = None
 
 
-_ambient: ContextVar[Store | None] = ContextVar("durable_ambient_store", default=None)
-_default: list[Store] = []
+_ambient: ContextVar[CallerStore | None] = ContextVar("durable_ambient_store", default=None)
+_default: list[CallerStore] = []
 
 
 def new_workflow_id() -> str:
@@ -89,13 +90,13 @@ def new_workflow_id() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
-def set_default_store(store: Store | None) -> None:
+def set_default_store(store: CallerStore | None) -> None:
     """Bind ``store`` as the process-wide default (``None`` unbinds it)."""
     _default[:] = [] if store is None else [store]
 
 
 @contextmanager
-def use_store(store: Store) -> Iterator[Store]:
+def use_store(store: CallerStore) -> Iterator[CallerStore]:
     """Bind ``store`` as the default for the current task and the tasks it starts."""
     token = _ambient.set(store)
     try:
@@ -104,7 +105,7 @@ def use_store(store: Store) -> Iterator[Store]:
         _ambient.reset(token)
 
 
-def current_store() -> Store:
+def current_store() -> CallerStore:
     """The store ``start_workflow`` writes to here (see the module docs for the order)."""
     ctx = WorkflowContext.current()
     if ctx is not None:
@@ -141,7 +142,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
 
     def __init__(
         self,
-        store: Store,
+        store: CallerStore,
         *,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
@@ -481,7 +482,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
     def _stats(self) -> WorkflowStats:
         if not isinstance(self.store, WorkflowStats):
             raise StatsNotSupportedError(
-                f"{self.store.description} does not count the attempts that end"
+                f"{describe(self.store)} does not count the attempts that end"
             )
         return self.store
 
@@ -499,7 +500,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
     async def backlog(self) -> list[BacklogRecord]:
         """The unfinished workflows counted by queue, name and status: what waits to be
         claimed (a name that no worker serves stays pending here), runs, and sleeps."""
-        return await self.store.backlog()
+        return await admin_of(self.store, "backlog()").backlog()
 
     async def get(self, workflow_id: str) -> WorkflowRecord:
         """The row of workflow ``workflow_id``; :class:`WorkflowNotFoundError` if none."""
@@ -510,7 +511,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         its succeeded steps stay cached, so it resumes where it stopped."""
 
         async def retry() -> str:
-            await self.store.retry_workflow(workflow_id)
+            await admin_of(self.store, "retry()").retry_workflow(workflow_id)
             return "null"
 
         await body_effect("durable.retry", [workflow_id], retry)
@@ -547,7 +548,7 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         )
 
         async def fork() -> str:
-            await self.store.fork_workflow(row, workflow_id, from_step)
+            await admin_of(self.store, "fork()").fork_workflow(row, workflow_id, from_step)
             observers().durable_workflow_enqueued(
                 workflow_id=row.id, workflow_name=row.name, max_attempts=row.max_attempts
             )

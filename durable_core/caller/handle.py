@@ -24,7 +24,7 @@ from ..primitives.streams import read_stream
 from ..runtime.context import body_context, body_effect
 from ..seams.attributes import AttributeValue, attributes_of, check_attributes
 from ..seams.records import AttemptRecord, StepRecord, StepTryRecord, WorkflowRecord, WorkflowStatus
-from ..seams.store import Store
+from ..seams.roles import CallerStore, admin_of, describe
 from .oncall import why_pending
 
 R = TypeVar("R")
@@ -50,7 +50,7 @@ class _Outcome:
 class WorkflowHandle(Generic[R]):
     """Refers to one enqueued workflow instance by id."""
 
-    def __init__(self, store: Store, workflow_id: str, name: str | None = None) -> None:
+    def __init__(self, store: CallerStore, workflow_id: str, name: str | None = None) -> None:
         self.store = store
         self.id = workflow_id
         self.name = name
@@ -63,7 +63,7 @@ class WorkflowHandle(Generic[R]):
         record = await self.store.get_workflow(self.id)
         if record is None:
             raise WorkflowNotFoundError(
-                f"no workflow with id {self.id!r} in {self.store.description}"
+                f"no workflow with id {self.id!r} in {describe(self.store)}"
             )
         return record
 
@@ -241,7 +241,7 @@ class WorkflowHandle(Generic[R]):
         (:func:`~durable_core.saga`)."""
 
         async def cancel() -> str:
-            await self.store.cancel_workflow(self.id)
+            await admin_of(self.store, "cancel()").cancel_workflow(self.id)
             return "null"
 
         await body_effect("durable.cancel", [self.id], cancel)

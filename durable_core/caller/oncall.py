@@ -21,7 +21,8 @@ from .. import durations
 from ..errors import InvalidStateError, StatsNotSupportedError
 from ..seams.operators import Activity, ErrorCount, Unserved, WorkerRecord, WorkflowFilter, unserved
 from ..seams.records import BacklogRecord, StepRecord, WorkflowRecord, WorkflowStatus
-from ..seams.store import OperatorQueries, Store, WorkerRegistry
+from ..seams.roles import CallerStore, admin_of, describe
+from ..seams.store import OperatorQueries, WorkerRegistry
 
 BULK_PAGE = 500
 """How many workflows a bulk action takes per transaction."""
@@ -32,18 +33,18 @@ CANCELLABLE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING, WorkflowStatus.WA
 class OnCallMethods:
     """The on-call methods of :class:`~durable_core.caller.client.DurableClient`."""
 
-    store: Store
+    store: CallerStore
 
     def _queries(self) -> OperatorQueries:
         if not isinstance(self.store, OperatorQueries):
             raise StatsNotSupportedError(
-                f"{self.store.description} cannot count or group workflows by filter"
+                f"{describe(self.store)} cannot count or group workflows by filter"
             )
         return self.store
 
     def _registry(self) -> WorkerRegistry:
         if not isinstance(self.store, WorkerRegistry):
-            raise StatsNotSupportedError(f"{self.store.description} keeps no worker registry")
+            raise StatsNotSupportedError(f"{describe(self.store)} keeps no worker registry")
         return self.store
 
     @property
@@ -65,7 +66,7 @@ class OnCallMethods:
     async def unserved(self) -> list[Unserved]:
         """The pending workflows, by queue and name, that no live worker serves."""
         workers = await self.workers()
-        return unserved(await self.store.backlog(), workers)
+        return unserved(await admin_of(self.store, "unserved()").backlog(), workers)
 
     async def count_workflows(
         self, where: WorkflowFilter, *, statuses: Sequence[WorkflowStatus] | None = None
@@ -102,7 +103,7 @@ class OnCallMethods:
                 return cancelled
             for workflow_id in ids:
                 with contextlib.suppress(InvalidStateError):  # it ended meanwhile
-                    await self.store.cancel_workflow(workflow_id)
+                    await admin_of(self.store, "cancel_workflows()").cancel_workflow(workflow_id)
                     cancelled += 1
             after = ids[-1]
 
@@ -125,7 +126,7 @@ class OnCallMethods:
         return await why_pending(self.store, record)
 
 
-async def why_pending(store: Store, record: WorkflowRecord | str) -> str | None:
+async def why_pending(store: CallerStore, record: WorkflowRecord | str) -> str | None:
     """``no live worker serves NAME (queue Q)`` when the workflow ``record`` (or of that id)
     is pending and no live worker claims it; ``None`` otherwise, when the store keeps no
     registry, or when the answer takes over a second (it is a hint)."""

@@ -30,7 +30,8 @@ from ..runtime.context import body_effect
 from ..runtime.scheduler import latest_running, schedule_record, tick_workflow
 from ..seams.plugins import observers
 from ..seams.records import NewWorkflow
-from ..seams.store import ScheduleOverlaps, Store, WorkerRegistry
+from ..seams.roles import CallerStore, schedules_of
+from ..seams.store import ScheduleOverlaps, WorkerRegistry
 from .handle import WorkflowHandle
 
 logger = get_logger("durable_core.scheduler")
@@ -45,7 +46,7 @@ caller changed it between its read and its write."""
 class ScheduleMethods:
     """The schedule methods of :class:`~durable_core.caller.client.DurableClient`."""
 
-    store: Store
+    store: CallerStore
 
     _write: Callable[[list[NewWorkflow]], Awaitable[None]]
     """Enqueues new rows as the client's starts do (observers, headers)."""
@@ -68,11 +69,11 @@ class ScheduleMethods:
             )
 
         async def add() -> str:
-            return json.dumps(await self.store.add_schedule(row))
+            return json.dumps(await schedules_of(self.store, "a schedule call").add_schedule(row))
 
         if json.loads(await body_effect("durable.schedule.add", [name], add)):
             return row
-        found = await self.store.get_schedule(name)
+        found = await schedules_of(self.store, "a schedule call").get_schedule(name)
         if found is None:  # deleted in between: add it again
             return await self.add_schedule(name, fn, spec)
         if not found.same_definition(row):
@@ -84,20 +85,22 @@ class ScheduleMethods:
 
     async def get_schedule(self, name: str) -> ScheduleRecord:
         """The schedule ``name``; :class:`~durable_core.errors.ScheduleNotFoundError` if none."""
-        found = await self.store.get_schedule(name)
+        found = await schedules_of(self.store, "a schedule call").get_schedule(name)
         if found is None:
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
         return found
 
     async def list_schedules(self) -> list[ScheduleRecord]:
         """Every schedule, by name."""
-        return await self.store.list_schedules()
+        return await schedules_of(self.store, "a schedule call").list_schedules()
 
     async def pause_schedule(self, name: str) -> None:
         """Stop starting workflows on ``name``'s ticks until it is resumed."""
 
         async def pause() -> str:
-            return json.dumps(await self.store.set_schedule_paused(name, True))
+            return json.dumps(
+                await schedules_of(self.store, "a schedule call").set_schedule_paused(name, True)
+            )
 
         if not json.loads(await body_effect("durable.schedule.pause", [name], pause)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
@@ -107,12 +110,14 @@ class ScheduleMethods:
         ticks it had while paused start nothing)."""
 
         async def resume() -> str:
-            found = await self.store.get_schedule(name)
+            found = await schedules_of(self.store, "a schedule call").get_schedule(name)
             if found is None or not found.paused:
                 return json.dumps(found is not None)
             next_tick = found.timing.next_after(utcnow())
             return json.dumps(
-                await self.store.set_schedule_paused(name, False, next_tick=next_tick)
+                await schedules_of(self.store, "a schedule call").set_schedule_paused(
+                    name, False, next_tick=next_tick
+                )
             )
 
         if not json.loads(await body_effect("durable.schedule.resume", [name], resume)):
@@ -248,7 +253,9 @@ class ScheduleMethods:
         """Delete the schedule ``name``; the workflows it started are left as they are."""
 
         async def delete() -> str:
-            return json.dumps(await self.store.delete_schedule(name))
+            return json.dumps(
+                await schedules_of(self.store, "a schedule call").delete_schedule(name)
+            )
 
         if not json.loads(await body_effect("durable.schedule.delete", [name], delete)):
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")

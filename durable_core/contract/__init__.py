@@ -23,6 +23,14 @@ fixture and subclasses the contract classes::
     class TestMyStore(StoreContract, NoClaimerContract):
         pass
 
+That is the whole suite, for a store that plays every role of
+:mod:`durable_core.seams.roles`. A store (or a fake) that plays fewer subclasses
+the class of each role it plays instead: :class:`CallerContract` (enqueue and
+read; no other role needed), :class:`RunContract`, :class:`AttemptContract`,
+:class:`AdminContract`, :class:`ScheduleContract`, and those that need several:
+:class:`WaitingContract`, :class:`EngineContract` (through the executor, what
+a :class:`~durable_core.testing.WorkflowRunner` needs), :class:`ListingContract`.
+
 A store that claims (a :class:`~durable_core.seams.store.Claimer`) adds
 :class:`ClaimerContract` instead of :class:`NoClaimerContract`. Optional
 fixtures: ``durable_second_store`` (a second instance on the same database,
@@ -43,17 +51,35 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .admin_contract import AdminContract
+    from .attempt_contract import AttemptContract
     from .attributes_contract import AttributesContract
+    from .base import ContractBase
+    from .caller_contract import CallerContract
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .compensation_contract import CompensationContract
+    from .engine_contract import EngineContract
     from .flow_contract import DebounceContract
+    from .listing_contract import ListingContract
+    from .run_contract import RunContract
+    from .schedule_contract import ScheduleContract
     from .schedule_overlap_contract import ScheduleOverlapContract
     from .store_contract import StoreContract
     from .support import Tamper, default_tamper, engine_tamper
     from .talk_contract import StreamsContract, UpdatesContract
+    from .waiting_contract import WaitingContract
 
 _WHERE = {
     "AttributesContract": "attributes_contract",
+    "AdminContract": "admin_contract",
+    "AttemptContract": "attempt_contract",
+    "CallerContract": "caller_contract",
+    "ContractBase": "base",
+    "EngineContract": "engine_contract",
+    "ListingContract": "listing_contract",
+    "RunContract": "run_contract",
+    "ScheduleContract": "schedule_contract",
+    "WaitingContract": "waiting_contract",
     "ClaimerContract": "claimer_contract",
     "DebounceContract": "flow_contract",
     "NoClaimerContract": "claimer_contract",
@@ -69,6 +95,15 @@ _WHERE = {
 
 __all__ = [
     "AttributesContract",
+    "AdminContract",
+    "AttemptContract",
+    "CallerContract",
+    "ContractBase",
+    "EngineContract",
+    "ListingContract",
+    "RunContract",
+    "ScheduleContract",
+    "WaitingContract",
     "ClaimerContract",
     "CompensationContract",
     "DebounceContract",

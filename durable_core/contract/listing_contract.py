@@ -14,6 +14,7 @@ from ..codec.failures import dump_error
 from ..errors import StatsNotSupportedError
 from ..seams.records import Settlement, WorkflowRecord, WorkflowStatus
 from ..seams.store import Store, WorkflowStats
+from .base import ContractBase
 from .support import new_workflow, unique_name
 
 
@@ -21,7 +22,7 @@ def _ids(records: list[WorkflowRecord]) -> list[str]:
     return [r.id for r in records]
 
 
-class ListingContract:
+class ListingContract(ContractBase):
     """Listing a page at a time, with filters; counting for monitoring."""
 
     async def test_pages_follow_each_other_without_gaps(self, durable_store: Store) -> None:

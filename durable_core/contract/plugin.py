@@ -11,9 +11,18 @@ import pytest
 
 # The contract classes use plain asserts: have pytest rewrite them for readable failures.
 pytest.register_assert_rewrite(
-    "durable_core.contract.store_contract",
+    "durable_core.contract.base",
+    "durable_core.contract.caller_contract",
+    "durable_core.contract.run_contract",
+    "durable_core.contract.attempt_contract",
+    "durable_core.contract.admin_contract",
+    "durable_core.contract.engine_contract",
+    "durable_core.contract.waiting_contract",
+    "durable_core.contract.schedule_contract",
+    "durable_core.contract.schedule_overlap_contract",
     "durable_core.contract.claimer_contract",
     "durable_core.contract.listing_contract",
+    "durable_core.contract.talk_contract",
 )
 
 from ..seams.store import Store  # noqa: E402

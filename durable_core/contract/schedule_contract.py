@@ -15,6 +15,7 @@ import pytest
 
 from ..definitions.schedules import ScheduleRecord, tick_workflow_id
 from ..seams.store import Store
+from .base import ContractBase
 from .support import new_workflow
 
 OPERATIONS = (
@@ -63,7 +64,7 @@ def schedule_row(name: str, next_tick: datetime = T0, **changes: object) -> Sche
     return dataclasses.replace(row, **changes)  # type: ignore[arg-type]
 
 
-class ScheduleContract:
+class ScheduleContract(ContractBase):
     """Tests for the schedule operations; :class:`~durable_core.contract.StoreContract`
     includes them."""
 

@@ -1,7 +1,6 @@
-"""``WaitingContract``: what a store must do for workflows that wait (part of ``StoreContract``).
-
-Suspending, waking, messages, events and children, first as store operations,
-then through the real executor with the runner's clock.
+"""``WaitingContract``: what a store must do for workflows that wait: suspending and
+waking, messages, events and children, as store operations (schema version 3). The same
+through the executor is in :mod:`~durable_core.contract.engine_contract`.
 """
 
 from __future__ import annotations
@@ -9,108 +8,36 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import anyio
 import pytest
 
-from ..caller.client import DurableClient
-from ..codec.failures import load_error
-from ..errors import FrameworkError, InvalidStateError, LeaseLostError, WorkflowNotFoundError
-from ..runtime.config import WorkflowConfig
+from ..errors import (
+    FrameworkError,
+    LeaseLostError,
+)
 from ..seams.records import (
-    ClaimedWorkflow,
     Settlement,
     StepStatus,
-    Wait,
     WaitKind,
-    WorkflowRecord,
     WorkflowStatus,
 )
 from ..seams.store import Store
-from ..testing import WorkflowRunner
-from . import workflows as wfs
-from .support import SAFETY_SECONDS, new_workflow
-
-OPERATIONS = (
-    "record_step",
-    "suspend",
-    "receive",
-    "send",
-    "set_event",
-    "get_event",
-    "record_attempt",
-    "load_attempts",
+from .base import ContractBase, wait_for
+from .support import (
+    new_workflow,
 )
-"""The store operations durable waits need (schema version 3)."""
 
 
-def require(store: Store, *operations: str) -> None:
-    """Fail, naming what is missing, when ``store`` lacks an operation waiting needs."""
-    missing = [name for name in operations if not callable(getattr(store, name, None))]
-    if missing:
-        pytest.fail(
-            f"{type(store).__name__} lacks {', '.join(f'{name}()' for name in missing)}: "
-            "the Store protocol needs them for workflows that wait (durable sleep, messages, "
-            "events, child workflows). Implement them, or build the store on "
-            "durable_core.sql.SQLStore, which has them.",
-            pytrace=False,
-        )
-
-
-def _wait(
-    kind: WaitKind,
-    key: str = "",
-    deadline: datetime | None = None,
-    *,
-    index: int = 0,
-    output: str = "null",
-    path: str | None = None,
-) -> Wait:
-    name = f"durable.{kind.value}"
-    return Wait(kind, key, deadline, index, name, json.dumps([key]), output, path)
-
-
-class WaitingContract:
-    """Tests for the waiting operations; :class:`~durable_core.contract.StoreContract`
-    includes them."""
-
-    async def _held(self, store: Store, **options: Any) -> ClaimedWorkflow:
-        require(store, *OPERATIONS)
-        row = new_workflow(**options)
-        await store.enqueue([row])
-        claimed = await store.acquire(row.id, worker_id="waiter", lease_seconds=30)
-        assert claimed is not None
-        return claimed
-
-    async def _row(self, store: Store, workflow_id: str) -> WorkflowRecord:
-        found = await store.get_workflow(workflow_id)
-        assert found is not None, f"workflow {workflow_id} vanished"
-        return found
-
-    async def _acquired_once_due(self, store: Store, workflow_id: str) -> ClaimedWorkflow:
-        """Acquire a waiting workflow as soon as it is due, and never before its ``wake_at``:
-        when an acquire hands it out, ``wake_at`` had passed by the time it answered."""
-        wake_at = (await self._row(store, workflow_id)).wake_at
-        assert wake_at is not None
-        with anyio.fail_after(SAFETY_SECONDS):
-            while True:  # the store's clock decides when: nothing to wait on but time
-                got = await store.acquire(workflow_id, worker_id="w", lease_seconds=30)
-                if got is not None:
-                    break
-                await anyio.sleep(0.05)
-        answered = datetime.now(UTC)
-        assert answered >= wake_at, f"handed out at {answered}, due at {wake_at}"
-        return got
-
-    # -- suspending and waking -------------------------------------------------
+class WaitingContract(ContractBase):
+    """Tests for the waiting operations (of the attempt, run and caller roles);
+    :class:`~durable_core.contract.StoreContract` includes them."""
 
     async def test_suspend_releases_the_lease_and_does_not_count_an_attempt(
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
         deadline = datetime.now(UTC) + timedelta(hours=1)
-        wait = _wait(WaitKind.SLEEP, deadline=deadline, output='"deadline"')
+        wait = wait_for(WaitKind.SLEEP, deadline=deadline, output='"deadline"')
         assert await durable_store.suspend(claimed.lease, [wait]) is True
         row = await self._row(durable_store, claimed.id)
         assert (row.status, row.waiting_for, row.attempts) == (WorkflowStatus.WAITING, "sleep", 0)
@@ -137,7 +64,7 @@ class WaitingContract:
     async def test_a_waiting_workflow_is_due_at_its_deadline(self, durable_store: Store) -> None:
         claimed = await self._held(durable_store)
         deadline = datetime.now(UTC) + timedelta(seconds=0.2)
-        wait = _wait(WaitKind.SLEEP, deadline=deadline)
+        wait = wait_for(WaitKind.SLEEP, deadline=deadline)
         assert await durable_store.suspend(claimed.lease, [wait])
         row = await self._row(durable_store, claimed.id)
         assert row.wake_at is not None and abs(row.wake_at - deadline) < timedelta(seconds=1)
@@ -147,7 +74,7 @@ class WaitingContract:
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
-        assert await durable_store.suspend(claimed.lease, [_wait(WaitKind.MESSAGE, "t")])
+        assert await durable_store.suspend(claimed.lease, [wait_for(WaitKind.MESSAGE, "t")])
         row = await self._row(durable_store, claimed.id)
         assert (row.waiting_for, row.wake_at) == ("message:t", None)
         assert await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30) is None
@@ -156,7 +83,7 @@ class WaitingContract:
         claimed = await self._held(durable_store)
         await durable_store.cancel_workflow(claimed.id)
         with pytest.raises(LeaseLostError):
-            await durable_store.suspend(claimed.lease, [_wait(WaitKind.SLEEP)])
+            await durable_store.suspend(claimed.lease, [wait_for(WaitKind.SLEEP)])
         row = await self._row(durable_store, claimed.id)
         assert row.status is WorkflowStatus.CANCELLED
         assert await durable_store.load_steps(claimed.id) == []
@@ -166,7 +93,7 @@ class WaitingContract:
     ) -> None:
         claimed = await self._held(durable_store)
         await durable_store.send(claimed.id, "t", '"early"', "m-early")
-        assert not await durable_store.suspend(claimed.lease, [_wait(WaitKind.MESSAGE, "t")])
+        assert not await durable_store.suspend(claimed.lease, [wait_for(WaitKind.MESSAGE, "t")])
         row = await self._row(durable_store, claimed.id)
         assert (row.status, row.attempts) == (WorkflowStatus.RUNNING, 1)
         assert await durable_store.load_steps(claimed.id) == [], (
@@ -178,7 +105,7 @@ class WaitingContract:
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
-        assert await durable_store.suspend(claimed.lease, [_wait(WaitKind.MESSAGE, "t")])
+        assert await durable_store.suspend(claimed.lease, [wait_for(WaitKind.MESSAGE, "t")])
         await durable_store.send(claimed.id, "other", '"no"', "m-other")
         assert (await self._row(durable_store, claimed.id)).status is WorkflowStatus.WAITING
         await durable_store.send(claimed.id, "t", '"yes"', "m-yes")
@@ -187,17 +114,15 @@ class WaitingContract:
         again = await durable_store.acquire(claimed.id, worker_id="w", lease_seconds=30)
         assert again is not None and again.attempts == 1
 
-    # -- several waits at once ----------------------------------------------------
-
     async def test_several_waits_suspend_until_the_soonest_deadline(
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
         soon = datetime.now(UTC) + timedelta(hours=1)
         waits = [
-            _wait(WaitKind.MESSAGE, "a", soon + timedelta(hours=1), index=0, path="1.0"),
-            _wait(WaitKind.MESSAGE, "b", index=1, path="1.1"),
-            _wait(WaitKind.SLEEP, deadline=soon, index=2, output='"soon"', path="1.2"),
+            wait_for(WaitKind.MESSAGE, "a", soon + timedelta(hours=1), index=0, path="1.0"),
+            wait_for(WaitKind.MESSAGE, "b", index=1, path="1.1"),
+            wait_for(WaitKind.SLEEP, deadline=soon, index=2, output='"soon"', path="1.2"),
         ]
         assert await durable_store.suspend(claimed.lease, waits) is True
         row = await self._row(durable_store, claimed.id)
@@ -227,9 +152,9 @@ class WaitingContract:
         claimed = await self._held(durable_store)
         await durable_store.send(claimed.id, "b", '"early"', "m-early-b")
         waits = [
-            _wait(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(hours=1), index=0),
-            _wait(WaitKind.MESSAGE, "a", index=1),
-            _wait(WaitKind.MESSAGE, "b", index=2),
+            wait_for(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(hours=1), index=0),
+            wait_for(WaitKind.MESSAGE, "a", index=1),
+            wait_for(WaitKind.MESSAGE, "b", index=2),
         ]
         assert not await durable_store.suspend(claimed.lease, waits)
         row = await self._row(durable_store, claimed.id)
@@ -247,7 +172,7 @@ class WaitingContract:
     ) -> None:
         claimed = await self._held(durable_store)
         await durable_store.cancel_workflow(claimed.id)
-        waits = [_wait(WaitKind.SLEEP, index=0), _wait(WaitKind.MESSAGE, "t", index=1)]
+        waits = [wait_for(WaitKind.SLEEP, index=0), wait_for(WaitKind.MESSAGE, "t", index=1)]
         with pytest.raises(LeaseLostError):
             await durable_store.suspend(claimed.lease, waits)
         assert await durable_store.load_steps(claimed.id) == []
@@ -256,7 +181,7 @@ class WaitingContract:
         self, durable_store: Store
     ) -> None:
         claimed = await self._held(durable_store)
-        waits = [_wait(WaitKind.MESSAGE, "a", index=0), _wait(WaitKind.MESSAGE, "b", index=1)]
+        waits = [wait_for(WaitKind.MESSAGE, "a", index=0), wait_for(WaitKind.MESSAGE, "b", index=1)]
         assert await durable_store.suspend(claimed.lease, waits)
         assert (await self._row(durable_store, claimed.id)).waiting_for == "any:2"
         await durable_store.send(claimed.id, "b", '"yes"', "m-yes-b")
@@ -272,8 +197,8 @@ class WaitingContract:
         claimed = await self._held(durable_store)
         soon = datetime.now(UTC) + timedelta(seconds=0.2)
         waits = [
-            _wait(WaitKind.SLEEP, deadline=soon + timedelta(hours=1), index=0),
-            _wait(WaitKind.SLEEP, deadline=soon, index=1),
+            wait_for(WaitKind.SLEEP, deadline=soon + timedelta(hours=1), index=0),
+            wait_for(WaitKind.SLEEP, deadline=soon, index=1),
         ]
         assert await durable_store.suspend(claimed.lease, waits)
         row = await self._row(durable_store, claimed.id)
@@ -281,13 +206,6 @@ class WaitingContract:
         assert row.wake_at is not None and abs(row.wake_at - soon) < timedelta(seconds=1)
         again = await self._acquired_once_due(durable_store, claimed.id)
         assert again.attempts == 1
-
-    async def test_send_to_an_unknown_workflow_raises_not_found(self, durable_store: Store) -> None:
-        require(durable_store, "send")
-        with pytest.raises(WorkflowNotFoundError, match="no-such-workflow"):
-            await durable_store.send("no-such-workflow", "", '"x"', "m-lost")
-
-    # -- messages --------------------------------------------------------------
 
     async def test_receive_takes_messages_in_order_once_per_topic(
         self, durable_store: Store
@@ -348,8 +266,6 @@ class WaitingContract:
         with pytest.raises(LeaseLostError):
             await durable_store.record_step(claimed.lease, 4, "durable.send", "[]", "null")
 
-    # -- events ------------------------------------------------------------------
-
     async def test_events_are_published_replaced_and_fenced(self, durable_store: Store) -> None:
         claimed = await self._held(durable_store)
         assert await durable_store.get_event(claimed.id, "stage") is None
@@ -363,20 +279,9 @@ class WaitingContract:
             await durable_store.set_event(claimed.lease, "stage", "4")
         assert await durable_store.get_event(claimed.id, "stage") == '"two"'
 
-    # -- children ----------------------------------------------------------------
-
-    async def _parent_and_child(self, store: Store) -> tuple[ClaimedWorkflow, ClaimedWorkflow]:
-        parent = await self._held(store)
-        row = dataclasses.replace(new_workflow(), parent_id=parent.id)
-        assert list(await store.enqueue([row])) == [row.id]
-        assert (await self._row(store, row.id)).parent_id == parent.id
-        child = await store.acquire(row.id, worker_id="child", lease_seconds=30)
-        assert child is not None and child.parent_id == parent.id
-        return parent, child
-
     async def test_a_settling_child_wakes_its_waiting_parent(self, durable_store: Store) -> None:
         parent, child = await self._parent_and_child(durable_store)
-        wait = _wait(WaitKind.CHILD, child.id)
+        wait = wait_for(WaitKind.CHILD, child.id)
         assert await durable_store.suspend(parent.lease, [wait])
         assert (await self._row(durable_store, parent.id)).waiting_for == f"child:{child.id}"
         await durable_store.settle(
@@ -391,7 +296,7 @@ class WaitingContract:
         await durable_store.settle(
             Settlement(child.lease, WorkflowStatus.FAILED, error='"x"', parent_id=parent.id)
         )
-        assert not await durable_store.suspend(parent.lease, [_wait(WaitKind.CHILD, child.id)])
+        assert not await durable_store.suspend(parent.lease, [wait_for(WaitKind.CHILD, child.id)])
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.RUNNING
 
     async def test_a_settled_child_among_several_refuses_the_parents_suspension(
@@ -406,8 +311,8 @@ class WaitingContract:
             Settlement(done.lease, WorkflowStatus.SUCCEEDED, output="1", parent_id=parent.id)
         )
         waits = [
-            _wait(WaitKind.CHILD, running.id, index=0),
-            _wait(WaitKind.CHILD, done.id, index=1),
+            wait_for(WaitKind.CHILD, running.id, index=0),
+            wait_for(WaitKind.CHILD, done.id, index=1),
         ]
         assert not await durable_store.suspend(parent.lease, waits)
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.RUNNING
@@ -419,9 +324,9 @@ class WaitingContract:
         for end in ("settle", "cancel"):
             parent, child = await self._parent_and_child(durable_store)
             waits = [
-                _wait(WaitKind.MESSAGE, "never", index=0),
-                _wait(WaitKind.CHILD, child.id, index=1),
-                _wait(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(hours=1), index=2),
+                wait_for(WaitKind.MESSAGE, "never", index=0),
+                wait_for(WaitKind.CHILD, child.id, index=1),
+                wait_for(WaitKind.SLEEP, deadline=datetime.now(UTC) + timedelta(hours=1), index=2),
             ]
             assert await durable_store.suspend(parent.lease, waits)
             assert (await self._row(durable_store, parent.id)).waiting_for == "any:3"
@@ -457,154 +362,6 @@ class WaitingContract:
 
     async def test_cancelling_a_child_wakes_its_waiting_parent(self, durable_store: Store) -> None:
         parent, child = await self._parent_and_child(durable_store)
-        assert await durable_store.suspend(parent.lease, [_wait(WaitKind.CHILD, child.id)])
+        assert await durable_store.suspend(parent.lease, [wait_for(WaitKind.CHILD, child.id)])
         await durable_store.cancel_workflow(child.id)
         assert (await self._row(durable_store, parent.id)).status is WorkflowStatus.PENDING
-
-    # -- attempt history -------------------------------------------------------------
-
-    async def test_every_ended_attempt_is_kept_in_order(self, durable_store: Store) -> None:
-        first = await self._held(durable_store, max_attempts=5)
-        await durable_store.settle(Settlement(first.lease, WorkflowStatus.PENDING, error='"boom"'))
-        second = await durable_store.acquire(first.id, worker_id="w2", lease_seconds=0.05)
-        assert second is not None and second.crashed is None
-        await anyio.sleep(0.2)  # its lease expires: the next acquire takes over from a crash
-        third = await durable_store.acquire(first.id, worker_id="w3", lease_seconds=30)
-        assert third is not None and third.crashed is not None
-        assert (third.crashed.worker_id, third.crashed.attempt) == ("w2", 2)
-        assert third.crashed_at is not None
-        await durable_store.record_attempt(third.crashed, "crashed", '"x"', third.crashed_at)
-        await durable_store.settle(Settlement(third.lease, WorkflowStatus.SUCCEEDED, output="3"))
-        history = await durable_store.load_attempts(first.id)
-        assert [(a.attempt, a.worker, a.outcome, a.error) for a in history] == [
-            (1, "waiter", "retry", '"boom"'),
-            (2, "w2", "crashed", '"x"'),
-            (3, "w3", "succeeded", None),
-        ]
-        assert history[0].started_at is not None and history[0].started_at <= history[0].ended_at
-        assert abs(history[1].ended_at - third.crashed_at) < timedelta(seconds=1)
-        # Retrying by hand keeps the history; a stale lease writes none.
-        with pytest.raises(LeaseLostError):
-            await durable_store.settle(
-                Settlement(second.lease, WorkflowStatus.FAILED, error='"late"')
-            )
-        assert len(await durable_store.load_attempts(first.id)) == 3
-
-    async def test_a_cancel_records_a_cancellation_and_the_attempts_keep_earlier_errors(
-        self, durable_store: Store
-    ) -> None:
-        claimed = await self._held(durable_store, max_attempts=5)
-        failed = '{"type": "builtins.ConnectionError", "message": "gateway down"}'
-        await durable_store.settle(Settlement(claimed.lease, WorkflowStatus.PENDING, error=failed))
-        await durable_store.cancel_workflow(claimed.id)
-        error = load_error((await self._row(durable_store, claimed.id)).error)
-        assert error is not None
-        assert (error["type"], error["message"]) == (
-            "durable_core.errors.WorkflowCancelledError",
-            f"workflow {claimed.id} was cancelled",
-        )
-        [attempt] = await durable_store.load_attempts(claimed.id)
-        assert (attempt.outcome, attempt.error) == ("retry", failed)
-        other = await self._held(durable_store)
-        await durable_store.cancel_workflow(other.id, '{"type": "timeout"}')
-        assert (await self._row(durable_store, other.id)).error == '{"type": "timeout"}'
-
-    async def test_children_cancelled_with_their_parent_say_so(self, durable_store: Store) -> None:
-        parent, running = await self._parent_and_child(durable_store)
-        pending = dataclasses.replace(new_workflow(), parent_id=parent.id)
-        await durable_store.enqueue([pending])
-        await durable_store.cancel_workflow(parent.id)
-        for workflow_id, message in [
-            (parent.id, f"workflow {parent.id} was cancelled"),
-            (running.id, f"workflow {running.id} was cancelled with its parent {parent.id}"),
-            (
-                pending.id,
-                f"workflow {pending.id} was cancelled with its parent {pending.parent_id}",
-            ),
-        ]:
-            error = load_error((await self._row(durable_store, workflow_id)).error)
-            assert error is not None
-            assert error["type"] == "durable_core.errors.WorkflowCancelledError"
-            assert error["message"] == message
-        # A reason (a timeout's) is every cancelled child's record too.
-        timed_out, child = await self._parent_and_child(durable_store)
-        await durable_store.cancel_workflow(timed_out.id, '{"type": "timeout"}')
-        for workflow_id in (timed_out.id, child.id):
-            assert (await self._row(durable_store, workflow_id)).error == '{"type": "timeout"}'
-
-    # -- through the executor, on the runner's clock ----------------------------
-
-    def _runner(self, store: Store) -> WorkflowRunner:
-        require(store, *OPERATIONS)
-        return WorkflowRunner(store, WorkflowConfig(retry_backoff_secs=0), worker_id="contract")
-
-    async def test_a_three_day_sleep_completes_at_once_on_the_runners_clock(
-        self, durable_store: Store, key: str
-    ) -> None:
-        runner = self._runner(durable_store)
-        handle = await DurableClient(durable_store).start_workflow(
-            wfs.sleeper, key, timedelta(days=3).total_seconds()
-        )
-        assert await runner.run_once(handle) is WorkflowStatus.WAITING
-        row = await self._row(durable_store, handle.id)
-        assert row.wake_at is not None and row.wake_at - row.created_at > timedelta(days=2.9)
-        assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
-        # The runner's clock passed the wake time; the wall clock is three days short of it.
-        assert runner.clock.now() >= row.wake_at > datetime.now(UTC) + timedelta(days=2.9)
-        assert await handle.output() == f"{key}:1:2"
-        assert wfs.CALLS[key] == ["one", "two"], "the step before the sleep ran once"
-        assert (await self._row(durable_store, handle.id)).attempts == 1
-
-    async def test_a_message_sent_before_recv_is_received_and_a_timeout_gives_none(
-        self, durable_store: Store, key: str
-    ) -> None:
-        runner = self._runner(durable_store)
-        client = DurableClient(durable_store)
-        early = await client.start_workflow(wfs.receiver, key, "t", None)
-        await client.send(early.id, {"n": 1}, topic="t")
-        assert await runner.run_until_complete(early) is WorkflowStatus.SUCCEEDED
-        assert await early.output() == {"n": 1}
-        late = await client.start_workflow(wfs.receiver, key, "t", 60.0)
-        assert await runner.run_once(late) is WorkflowStatus.WAITING
-        runner.clock.advance(59)
-        await runner.drain()
-        assert await late.status() is WorkflowStatus.WAITING
-        runner.clock.advance(2)
-        await runner.drain()
-        assert (await late.status(), await late.output()) == (WorkflowStatus.SUCCEEDED, None)
-
-    async def test_a_workflow_waiting_on_a_message_nobody_sent_is_reported(
-        self, durable_store: Store, key: str
-    ) -> None:
-        runner = self._runner(durable_store)
-        handle = await DurableClient(durable_store).start_workflow(wfs.receiver, key, "t", None)
-        with pytest.raises(InvalidStateError, match="waits for message:t"):
-            await runner.run_until_complete(handle)
-
-    async def test_events_and_messages_between_runs(self, durable_store: Store, key: str) -> None:
-        runner = self._runner(durable_store)
-        client = DurableClient(durable_store)
-        handle = await client.start_workflow(wfs.publisher, key)
-        assert await handle.get_event("stage", timeout=0) is None
-        assert await runner.run_once(handle) is WorkflowStatus.WAITING
-        assert await handle.get_event("stage") == 1
-        await client.send(handle.id, "go", topic="go")
-        assert await runner.run_once(handle) is WorkflowStatus.SUCCEEDED
-        assert await handle.get_event("stage") == 2
-        assert await handle.output() == "go"
-
-    async def test_children_started_in_a_body_run_once_and_fan_in(
-        self, durable_store: Store, key: str
-    ) -> None:
-        runner = self._runner(durable_store)
-        handle = await DurableClient(durable_store).start_workflow(wfs.fan_out, key, 5)
-        assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
-        assert await handle.output() == 2 * sum(range(5))
-        assert wfs.CALLS[key] == ["echo"] * 5, "each child ran its step once"
-        children = [
-            r
-            for r in await durable_store.list_workflows(name=wfs.doubled.name, limit=1000)
-            if r.parent_id == handle.id
-        ]
-        assert len(children) == 5
-        assert (await self._row(durable_store, handle.id)).attempts == 1

@@ -42,6 +42,7 @@ from ..errors import (
 from ..redaction import redact
 from ..seams.attributes import Attributes, filter_term, parse_filter
 from ..seams.records import WorkflowStatus
+from ..seams.roles import describe
 from ..seams.store import Store
 from . import present
 from .monitor import Monitor
@@ -215,7 +216,7 @@ class _Dashboard(OnCallPages):
     ) -> Response:
         codes = request.query_params
         context = {
-            "store": redact(self.client.store.description),
+            "store": redact(describe(self.client.store)),
             "refresh": self.refresh,
             "statuses": [s.value for s in WorkflowStatus],
             "signed_in": self.token is not None,

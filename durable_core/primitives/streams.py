@@ -18,7 +18,7 @@ import anyio
 from ..codec import decode, encode
 from ..errors import ConfigurationError, FrameworkError, WorkflowNotFoundError
 from ..runtime.context import body_context
-from ..seams.store import Store
+from ..seams.roles import CallerStore, describe
 from ..seams.talk_roles import check_key, streams_of
 
 POLL_SECONDS = 0.05
@@ -52,7 +52,7 @@ async def close_stream(key: str) -> None:
 
 
 async def read_stream(
-    store: Store, workflow_id: str, key: str, offset: int = 0
+    store: CallerStore, workflow_id: str, key: str, offset: int = 0
 ) -> AsyncIterator[Any]:
     """The values of ``workflow_id``'s stream ``key`` from ``offset`` on, as they are
     written, until the key is closed or the workflow ends (see
@@ -83,7 +83,7 @@ async def read_stream(
             record = await store.get_workflow(workflow_id)
             if record is None:
                 raise WorkflowNotFoundError(
-                    f"no workflow with id {workflow_id!r} in {store.description}"
+                    f"no workflow with id {workflow_id!r} in {describe(store)}"
                 )
             if record.status.is_terminal:
                 ended = True  # one more read: what it wrote before it ended

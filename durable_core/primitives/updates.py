@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..runtime.context import body_context
 from ..seams.records import UpdateStatus
-from ..seams.store import Store
+from ..seams.roles import CallerStore
 from ..seams.talk_roles import updates_of
 
 MAX_NAME = 200
@@ -115,7 +115,7 @@ async def recv_update(
 
 
 async def update(
-    store: Store,
+    store: CallerStore,
     workflow_id: str,
     name: str,
     payload: Any = None,

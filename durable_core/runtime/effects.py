@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar
 from ..seams.attributes import AttributeValue, attributes_of
 from ..seams.plugins import message_sent
 from ..seams.records import ClaimedWorkflow, Lease, NewWorkflow, StepStatus, WaitKind
+from ..seams.roles import CallerStore
 from ..seams.store import StepWriter, Store
 from ..seams.talk_roles import streams_of, updates_of
 from .journal import Call, Journal, derived_id
@@ -172,7 +173,7 @@ class Effects:
         topic: str,
         payload: str,
         idempotency_key: str | None,
-        store: Store | None = None,
+        store: CallerStore | None = None,
     ) -> None:
         """Send ``payload`` to ``workflow_id``'s ``recv(topic)`` once per call site (its
         idempotency key derived from the call unless given), on ``store`` (this one)."""

@@ -41,6 +41,7 @@ from ..errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from ..redaction import get_logger
 from ..seams.plugins import observers, workflow_headers
 from ..seams.records import NewWorkflow
+from ..seams.roles import CallerStore
 from ..seams.store import ScheduleFeed, ScheduleOverlaps, Store
 from .config import WorkflowConfig
 
@@ -227,7 +228,7 @@ class Scheduler:
         return {"worker_id": self.worker_id, **more}
 
 
-async def latest_running(store: Store, schedule: ScheduleRecord) -> bool:
+async def latest_running(store: CallerStore, schedule: ScheduleRecord) -> bool:
     """Whether the workflow ``schedule`` started last exists and has not finished."""
     if schedule.latest_id is None:
         return False

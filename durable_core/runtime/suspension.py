@@ -3,7 +3,7 @@
 A body may run steps and waits concurrently. A wait that is not over *blocks* its
 branch, and the workflow suspends only when every durable call in flight is a
 blocked wait: no step runs, no write is under way. Then every blocked wait is
-written at once (:meth:`~durable_core.seams.store.StepWriter.suspend`), the row is left
+written at once (:meth:`~durable_core.seams.roles.AttemptStore.suspend`), the row is left
 ``waiting`` on all of them, and the body is cancelled; the first wait to end wakes
 the row, and the replay finds each branch's own results. A blocked wait whose end
 comes while other branches still run (a sleep's deadline, a message looked for

@@ -28,6 +28,7 @@ from ..redaction import get_logger
 from ..seams.operators import WorkerRecord
 from ..seams.plugins import observers
 from ..seams.records import ClaimedWorkflow
+from ..seams.roles import ROLES, require_roles
 from ..seams.store import CancelFeed, Claimer, Store, WorkerRegistry
 from .config import WorkflowConfig
 from .executor import Executor
@@ -151,13 +152,15 @@ class WorkflowWorker:
 
         Before claiming anything it raises :class:`DuplicateWorkflowError` when two
         functions share a workflow name, :class:`ClaimNotSupportedError` on a store
-        without a claimer, and :class:`SchemaMissingError` or
+        without a claimer, :class:`RoleNotSupportedError` (naming it) on one that lacks a
+        role of :mod:`durable_core.seams.roles`, and :class:`SchemaMissingError` or
         :class:`SchemaOutdatedError` when the database is not at this release's
         schema. A :class:`FrameworkError` that stops the worker later (the tables
         dropped under it, say) is raised as itself, never inside an exception group.
         """
         self.registry.assert_no_duplicates()
         claimer = self._claimer()
+        require_roles(self.store, ROLES, needed_by="the worker")
         if isinstance(claimer, CancelFeed):
             claimer.on_cancel(self.executor.cancel)
         await self.store.check_schema()

@@ -1,5 +1,6 @@
-"""The seams: the records that cross them, the store's roles (protocols), the hook
-specifications and the plugin manager that loads backends and observers.
+"""The seams: the records that cross them, the store's roles (protocols, one per job, in
+``roles.py``; their union ``Store`` in ``store.py``), the hook specifications and the
+plugin manager that loads backends and observers.
 
 What a backend or an observer implements. May import only ``errors``,
 ``durations``, ``redaction`` and definitions.

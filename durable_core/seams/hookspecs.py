@@ -24,7 +24,10 @@ class StoreSpec:
 
     @hookspec(firstresult=True)
     def durable_store_from_url(self, url: str) -> Store | None:
-        """Return a (not yet opened) store for ``url``, or ``None`` if the URL is not yours."""
+        """Return a (not yet opened) store for ``url``, or ``None`` if the URL is not yours.
+
+        The store may play only some of the roles of :mod:`durable_core.seams.roles`: the
+        code given it refuses it, naming the role, when it lacks one that code needs."""
 
     @hookspec
     def durable_store_url_forms(self) -> list[str]:  # type: ignore[empty-body]

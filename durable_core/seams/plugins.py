@@ -20,7 +20,7 @@ import pluggy
 
 from ..redaction import get_logger
 from .hookspecs import OBSERVER_HOOKS, PROJECT, HeaderSpec, ObserverSpec, StoreSpec
-from .store import Store
+from .roles import CallerStore
 
 ENTRY_POINT_GROUP = "durable_core"
 BLOCK_ENV = "DURABLE_BLOCK_PLUGINS"
@@ -200,7 +200,7 @@ def observed(hook: str) -> bool:
     return manager.observing and bool(getattr(manager.hook, hook).get_hookimpls())
 
 
-async def message_sent(store: Store, workflow_id: str, topic: str) -> None:
+async def message_sent(store: CallerStore, workflow_id: str, topic: str) -> None:
     """Announce a message sent to ``workflow_id`` (``durable_message_sent``), with the
     headers it was started with, read only when an observer implements the hook."""
     if observed("durable_message_sent"):

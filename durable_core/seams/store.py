@@ -1,11 +1,13 @@
 """The seams between the engine and persistence: the ``Store`` and ``Claimer`` protocols.
 
-A store persists workflows and their steps. Every write made on behalf of a
-running workflow carries the :class:`~durable_core.seams.records.Lease` it was
-claimed under and must fail with :class:`~durable_core.errors.LeaseLostError`
-when that lease is no longer the current one (fencing). Times are given as
-durations so that each store can use its own clock (PostgreSQL uses the
-server's ``now()``).
+A store persists workflows and their steps. :class:`Store` is the union of the store's
+roles (:mod:`durable_core.seams.roles`: lifecycle, caller, attempt, run, admin,
+schedules), what every SQL store implements; a plugin or a fake may implement only the
+roles it serves. Every write made on behalf of a running workflow carries the
+:class:`~durable_core.seams.records.Lease` it was claimed under and must fail with
+:class:`~durable_core.errors.LeaseLostError` when that lease is no longer the current one
+(fencing). Times are given as durations so that each store can use its own clock
+(PostgreSQL uses the server's ``now()``).
 
 A claimer hands out work to workers. Only PostgreSQL offers one; a store that
 cannot claim simply does not have the :class:`Claimer` methods, and the worker
@@ -15,42 +17,48 @@ refuses it with :class:`~durable_core.errors.ClaimNotSupportedError` at boot.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ..definitions.queues import Route
-from ..definitions.schedules import ScheduleRecord
 from .compensation_role import Compensations
 from .flow_roles import Debouncer
 from .operators import Activity, ErrorCount, WorkerRecord, WorkflowFilter
 from .records import (
-    AttemptRecord,
-    BacklogRecord,
     ClaimedWorkflow,
     EndedAttempts,
-    Lease,
-    NewWorkflow,
     Settlement,
     StepRecord,
-    StepTryRecord,
     StepWrite,
-    Wait,
-    WorkflowRecord,
     WorkflowStatus,
+)
+from .roles import (
+    AdminStore,
+    AttemptStore,
+    CallerStore,
+    Lifecycle,
+    RunStore,
+    ScheduleStore,
+    StepWriter,
 )
 from .schedule_roles import ScheduleOverlaps
 from .talk_roles import Streams, Updates, Watch
 
 __all__ = [
+    "AdminStore",
+    "AttemptStore",
     "BatchWriter",
+    "CallerStore",
     "CancelFeed",
     "Claimer",
     "Compensations",
     "Debouncer",
     "EmbeddedDatabase",
+    "Lifecycle",
     "OperatorQueries",
+    "RunStore",
     "ScheduleFeed",
     "ScheduleOverlaps",
+    "ScheduleStore",
     "StepWriter",
     "Store",
     "Streams",
@@ -62,282 +70,8 @@ __all__ = [
 
 
 @runtime_checkable
-class StepWriter(Protocol):
-    """What an attempt writes its steps and its settlement through: the store itself, or a
-    :class:`~durable_core.runtime.group_commit.GroupCommit` over it. Every write is fenced by
-    ``lease`` and raises :class:`~durable_core.errors.LeaseLostError` when refused."""
-
-    async def start_step(
-        self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
-    ) -> None:
-        """Record that a step is running with this input (insert, or reset a failed/running row).
-
-        ``path`` is where a concurrent body called it (``None``: ``str(step_index)``); every
-        write of a step row records it."""
-        ...
-
-    async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
-        """Record a step's output and mark it succeeded."""
-        ...
-
-    async def fail_step(self, lease: Lease, step_index: int, error: str) -> None:
-        """Record a step's error and mark it failed; the failed try is kept too, in the same
-        transaction (:meth:`Store.load_step_tries`)."""
-        ...
-
-    async def record_step(
-        self,
-        lease: Lease,
-        step_index: int,
-        step_name: str,
-        input: str,
-        output: str,
-        *,
-        path: str | None = None,
-    ) -> None:
-        """Record a succeeded step in one write (a durable primitive's result)."""
-        ...
-
-    async def settle(self, settlement: Settlement) -> None:
-        """End the current attempt of ``settlement.lease`` and release the lease.
-
-        ``settlement.status`` is ``succeeded`` (with ``output``), ``failed`` (with
-        ``error``) or ``pending`` (a retry, due ``retry_delay_seconds`` from now, with
-        ``error``). A final status wakes the parent ``parent_id`` if it waits on this
-        workflow. The attempt's history row is written in the same transaction.
-        """
-        ...
-
-    async def suspend(self, lease: Lease, waits: Sequence[Wait]) -> bool:
-        """Release the lease and leave the workflow ``waiting`` until the first of ``waits``
-        (at least one) ends; record each wait's step as waiting with its ``step_output``.
-        Does not count an attempt.
-
-        The row's ``run_at`` is the soonest deadline among the waits (``records.FOREVER`` when
-        none has one) and its ``waiting_for`` is
-        :func:`~durable_core.seams.records.waiting_for_all`.
-        Returns ``False`` and changes nothing when any wait is already over (a message on
-        one of the topics is there, one of the children has settled), checked under the
-        workflow's row lock so that no wake-up is lost.
-        """
-        ...
-
-    async def receive(
-        self,
-        lease: Lease,
-        topic: str,
-        step_index: int,
-        step_name: str,
-        input: str,
-        *,
-        path: str | None = None,
-    ) -> str | None:
-        """Take the oldest message on ``topic`` and record it as the step's output, in one
-        transaction; ``None`` when there is none."""
-        ...
-
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
-        ...
-
-
-@runtime_checkable
-class Store(StepWriter, Protocol):
-    """Persistence for workflows and steps."""
-
-    @property
-    def description(self) -> str:
-        """A human-readable name for the store, with no credentials in it."""
-        ...
-
-    async def open(self) -> None:
-        """Connect. Called once before any other operation."""
-        ...
-
-    async def close(self) -> None:
-        """Release every connection."""
-        ...
-
-    async def apply_schema(self) -> None:
-        """Create the durable tables, or upgrade them in place to the current version.
-
-        Idempotent, and safe to run from several processes at once.
-        """
-        ...
-
-    async def check_schema(self) -> None:
-        """Raise :class:`~durable_core.errors.SchemaMissingError` or
-        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current."""
-        ...
-
-    # -- enqueue and read side ------------------------------------------------
-
-    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
-        """Insert pending workflows in one transaction; return the ids written.
-
-        An id that exists already is skipped when the row repeats the same workflow
-        and input; otherwise :class:`~durable_core.errors.WorkflowConflictError` is
-        raised and nothing is written.
-        """
-        ...
-
-    async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
-        """Read one workflow row, or ``None`` when no such id exists."""
-        ...
-
-    async def list_workflows(
-        self,
-        *,
-        status: WorkflowStatus | None = None,
-        name: str | None = None,
-        limit: int = 50,
-        queue: str | None = None,
-        parent_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        before: str | None = None,
-        error_type: str | None = None,
-    ) -> list[WorkflowRecord]:
-        """The newest workflows first (by ``created_at``, then id), optionally filtered:
-        ``queue`` lists a queue's workflows, ``parent_id`` a workflow's children,
-        ``error_type`` those whose recorded error is of that type (``builtins.KeyError``),
-        ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
-        creation time, ``error_type`` keeps those whose recorded error is of that type
-        (its dotted name, ``builtins.ValueError``). ``before`` is a page
-        cursor: only workflows listed after the workflow with that id (none when no
-        such id exists). Every filter but ``error_type`` is answered from an index, a page
-        at a time."""
-        ...
-
-    async def load_steps(self, workflow_id: str) -> list[StepRecord]:
-        """Every recorded step of a workflow, ordered by index, in one query."""
-        ...
-
-    async def load_step_tries(self, workflow_id: str) -> list[StepTryRecord]:
-        """Every failed try of a workflow's steps, oldest first (``fail_step`` keeps each)."""
-        ...
-
-    async def backlog(self) -> list[BacklogRecord]:
-        """The unfinished workflows (pending, running, waiting) counted by queue, name and
-        status, in that order."""
-        ...
-
-    async def retry_workflow(self, workflow_id: str) -> None:
-        """Put a failed or cancelled workflow back to pending with a fresh attempt budget.
-
-        Its succeeded steps stay cached, so the retry resumes where it stopped.
-        """
-        ...
-
-    async def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> None:
-        """Cancel an unfinished workflow and its unfinished children; a running body loses
-        its lease, its running or waiting step ends ``cancelled``, and a parent waiting on
-        the workflow wakes. ``reason`` (an error JSON) is recorded as its error and its
-        children's, replacing an earlier attempt's; without one, each records a
-        :class:`~durable_core.errors.WorkflowCancelledError` of its own
-        (:func:`~durable_core.codec.failures.cancellation_record`)."""
-        ...
-
-    async def fork_workflow(self, workflow: NewWorkflow, source_id: str, before_step: int) -> None:
-        """Insert the pending workflow ``workflow`` (a new id) with copies of the succeeded
-        steps of workflow ``source_id`` whose index is below ``before_step`` as its step
-        cache, in one transaction: it replays those and runs on from ``before_step``.
-        An id that exists already raises
-        :class:`~durable_core.errors.WorkflowConflictError`, writing nothing."""
-        ...
-
-    async def record_attempt(
-        self, lease: Lease, outcome: str, error: str | None, ended_at: datetime | None = None
-    ) -> None:
-        """Record how the attempt of ``lease`` ended when it did not settle itself (it was
-        cancelled, timed out, or crashed; ``ended_at`` defaults to now). Not fenced."""
-        ...
-
-    async def load_attempts(self, workflow_id: str) -> list[AttemptRecord]:
-        """Every ended attempt of a workflow, oldest first (``settle`` records each attempt
-        it ends, ``record_attempt`` the others)."""
-        ...
-
-    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
-        """Add a message to a workflow's inbox and wake it if it waits on ``topic``.
-
-        A repeated ``message_id`` is a no-op; an unknown workflow raises
-        :class:`~durable_core.errors.WorkflowNotFoundError`.
-        """
-        ...
-
-    async def get_event(self, workflow_id: str, key: str) -> str | None:
-        """The value a workflow published under ``key``, or ``None``."""
-        ...
-
-    # -- execution side (every write is fenced by the lease) ------------------
-
-    async def acquire(
-        self, workflow_id: str, *, worker_id: str, lease_seconds: float, due_only: bool = True
-    ) -> ClaimedWorkflow | None:
-        """Take the lease on one specific runnable workflow, incrementing ``attempts``.
-
-        Runnable means pending (and due, when ``due_only``) or running with an
-        expired lease. Returns ``None`` when it is not runnable.
-        """
-        ...
-
-    async def heartbeat(self, lease: Lease, lease_seconds: float) -> None:
-        """Extend the lease to ``lease_seconds`` from now."""
-        ...
-
-    # -- schedules (schema version 4) ----------------------------------------------------------
-
-    async def add_schedule(self, schedule: ScheduleRecord) -> bool:
-        """Insert ``schedule`` unless one has its name; whether it was inserted."""
-        ...
-
-    async def update_schedule(self, schedule: ScheduleRecord) -> bool:
-        """Replace what the schedule of that name starts and when, its next tick included
-        (not whether it is paused); whether it exists."""
-        ...
-
-    async def get_schedule(self, name: str) -> ScheduleRecord | None:
-        """The schedule named ``name``, or ``None``."""
-        ...
-
-    async def list_schedules(self) -> list[ScheduleRecord]:
-        """Every schedule, by name."""
-        ...
-
-    async def set_schedule_paused(
-        self, name: str, paused: bool, *, next_tick: datetime | None = None
-    ) -> bool:
-        """Pause or resume a schedule, moving its next tick to ``next_tick`` if given;
-        whether it exists."""
-        ...
-
-    async def delete_schedule(self, name: str) -> bool:
-        """Delete a schedule (not the workflows it started); whether it existed."""
-        ...
-
-    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
-        """Unpaused schedules whose next tick is at or before ``now``, soonest first."""
-        ...
-
-    async def next_schedule_tick(self) -> datetime | None:
-        """The soonest next tick of any unpaused schedule."""
-        ...
-
-    async def fire_schedule(
-        self,
-        name: str,
-        *,
-        expected: datetime,
-        next_tick: datetime,
-        fired: datetime | None,
-        workflows: Sequence[NewWorkflow],
-    ) -> bool:
-        """In one transaction: if the schedule is unpaused and its next tick is still
-        ``expected``, move it to ``next_tick`` (``fired``: the last tick started, if any)
-        and enqueue ``workflows`` (ids that exist already are skipped). ``False``, with
-        nothing written, when another worker moved it first or it is paused."""
-        ...
+class Store(Lifecycle, CallerStore, AttemptStore, RunStore, AdminStore, ScheduleStore, Protocol):
+    """Persistence for workflows and steps: every role of :mod:`durable_core.seams.roles`."""
 
 
 @runtime_checkable

@@ -1,7 +1,9 @@
 """``ExampleStore``: a store that delegates every operation to a ``SQLiteStore``.
 
-It implements the ``Store`` protocol by hand (no subclassing), and has no
-``claim``: the worker refuses it at its first claim, as it must.
+It implements, by hand, only the roles it serves (``durable_core.seams.roles``):
+lifecycle, caller, attempt, run and admin, what ``WorkflowRunner`` needs. It has
+no ``claim`` (the worker refuses it at boot, as it must), hence no schedules:
+nothing would fire them.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from durable_core.definitions.schedules import ScheduleRecord
 from durable_core.errors import InvalidDatabaseURLError
 from durable_core.seams.records import (
     AttemptRecord,
@@ -24,13 +25,15 @@ from durable_core.seams.records import (
     WorkflowRecord,
     WorkflowStatus,
 )
+from durable_core.seams.roles import AdminStore, AttemptStore, CallerStore, Lifecycle, RunStore
 from durable_sqlite import SQLiteStore
 
 SCHEME = "example+sqlite:"
 
 
-class ExampleStore:
-    """A durable-core store for ``example+sqlite:///path.db`` URLs."""
+class ExampleStore(Lifecycle, CallerStore, AttemptStore, RunStore, AdminStore):
+    """A durable-core store for ``example+sqlite:///path.db`` URLs: it plays the roles it
+    derives from, and no other."""
 
     def __init__(self, url: str) -> None:
         if not url.startswith(SCHEME):
@@ -172,44 +175,3 @@ class ExampleStore:
 
     async def get_event(self, workflow_id: str, key: str) -> str | None:
         return await self._inner.get_event(workflow_id, key)
-
-    # -- schedules -------------------------------------------------------------
-
-    async def add_schedule(self, schedule: ScheduleRecord) -> bool:
-        return await self._inner.add_schedule(schedule)
-
-    async def update_schedule(self, schedule: ScheduleRecord) -> bool:
-        return await self._inner.update_schedule(schedule)
-
-    async def get_schedule(self, name: str) -> ScheduleRecord | None:
-        return await self._inner.get_schedule(name)
-
-    async def list_schedules(self) -> list[ScheduleRecord]:
-        return await self._inner.list_schedules()
-
-    async def set_schedule_paused(
-        self, name: str, paused: bool, *, next_tick: datetime | None = None
-    ) -> bool:
-        return await self._inner.set_schedule_paused(name, paused, next_tick=next_tick)
-
-    async def delete_schedule(self, name: str) -> bool:
-        return await self._inner.delete_schedule(name)
-
-    async def due_schedules(self, now: datetime, *, limit: int = 100) -> list[ScheduleRecord]:
-        return await self._inner.due_schedules(now, limit=limit)
-
-    async def next_schedule_tick(self) -> datetime | None:
-        return await self._inner.next_schedule_tick()
-
-    async def fire_schedule(
-        self,
-        name: str,
-        *,
-        expected: datetime,
-        next_tick: datetime,
-        fired: datetime | None,
-        workflows: Sequence[NewWorkflow],
-    ) -> bool:
-        return await self._inner.fire_schedule(
-            name, expected=expected, next_tick=next_tick, fired=fired, workflows=workflows
-        )
