@@ -6,6 +6,9 @@ Works on any store, SQLite included::
     handle = await client.start_workflow(checkout, 42)
     status = await runner.run_until_complete(handle)   # every attempt, skipping backoff
 
+A test of code that only starts, reads and messages workflows can do without a
+database: :class:`InMemoryCallerStore` plays the caller role in memory.
+
 ``run_once`` runs a single attempt (to completion, to its next retry or to
 its next wait), so a test can observe the row between attempts.
 
@@ -17,6 +20,9 @@ workflow that sleeps three days completes at once (Temporal's time skipping).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,11 +30,17 @@ from . import durations
 from .caller.handle import WorkflowHandle
 from .definitions.registry import Registry
 from .durations import utcnow
-from .errors import InvalidStateError
+from .errors import InvalidStateError, WorkflowNotFoundError
 from .runtime.config import WorkflowConfig
 from .runtime.executor import Executor
-from .seams.records import WorkflowRecord, WorkflowStatus
+from .seams.records import (
+    NewWorkflow,
+    WorkflowRecord,
+    WorkflowStatus,
+)
+from .seams.roles import RUNNER_ROLES, require_roles
 from .seams.store import Store
+from .sql.repeats import check_repeats, unique_starts
 
 _PAGE = 1000
 
@@ -56,7 +68,10 @@ class TestClock:
 
 
 class WorkflowRunner:
-    """Runs enqueued workflows in the calling task through the real executor."""
+    """Runs enqueued workflows in the calling task through the real executor.
+
+    Its store must play the roles of :data:`~durable_core.seams.roles.RUNNER_ROLES` (no
+    claimer, no schedules): else :class:`~durable_core.errors.RoleNotSupportedError`."""
 
     def __init__(
         self,
@@ -67,6 +82,7 @@ class WorkflowRunner:
         worker_id: str = "in-process",
         clock: TestClock | None = None,
     ) -> None:
+        require_roles(store, RUNNER_ROLES, needed_by="WorkflowRunner")
         self.clock = clock or TestClock()
         self.executor = Executor(store, config, registry=registry, clock=self.clock.now)
         self.store = store
@@ -159,3 +175,63 @@ class WorkflowRunner:
                 await self.executor.run(claimed)
                 ran += 1
         return ran
+
+
+class InMemoryCallerStore:
+    """A fake :class:`~durable_core.seams.roles.CallerStore` for unit tests of code that starts,
+    reads and messages workflows: nothing runs them. ``workflows`` holds the rows by id,
+    ``messages`` each one's ``(topic, payload)`` sent; set ``events[(id, key)]`` to publish."""
+
+    def __init__(self) -> None:
+        self.workflows: dict[str, WorkflowRecord] = {}
+        self.messages: dict[str, list[tuple[str, str]]] = {}
+        self.events: dict[tuple[str, str], str] = {}
+        self._sent: set[str] = set()
+
+    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
+        rows, now, old = unique_starts(workflows), utcnow(), self.workflows
+        check_repeats(rows, [asdict(old[r.id]) for r in rows if r.id in old])
+        for row in (fresh := [row for row in rows if row.id not in old]):
+            timeout = row.timeout_seconds
+            old[row.id] = WorkflowRecord(
+                row.id, row.name, WorkflowStatus.PENDING, row.input, None, None, 0,
+                row.max_attempts, now + timedelta(seconds=row.delay_seconds), now, now,
+                parent_id=row.parent_id, queue=row.queue, priority=row.priority,
+                deadline=None if timeout is None else now + timedelta(seconds=timeout),
+                concurrency_key=row.concurrency_key, headers=row.headers,
+            )  # fmt: skip
+        return [row.id for row in fresh]
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        return self.workflows.get(workflow_id)
+
+    async def list_workflows(self, *, limit: int = 50, **where: Any) -> list[WorkflowRecord]:
+        rows = sorted(self.workflows.values(), key=lambda r: (r.created_at, r.id), reverse=True)
+        if (before := where.pop("before", None)) is not None:
+            ids = [r.id for r in rows]
+            rows = rows[ids.index(before) + 1 :] if before in ids else []
+        start, end = where.pop("created_after", None), where.pop("created_before", None)
+        kind = where.pop("error_type", None)
+        return [
+            r
+            for r in rows
+            if all(value is None or getattr(r, key) == value for key, value in where.items())
+            and (start is None or r.created_at >= start)
+            and (end is None or r.created_at < end)
+            and (kind is None or json.loads(r.error or "{}").get("type") == kind)
+        ][:limit]
+
+    async def _nothing(self, workflow_id: str) -> list[Any]:
+        return []  # nothing runs here: no step, try or attempt is ever recorded
+
+    load_steps = load_step_tries = load_attempts = _nothing
+
+    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
+        if workflow_id not in self.workflows:
+            raise WorkflowNotFoundError(f"no workflow with id {workflow_id!r} in memory")
+        if message_id not in self._sent:
+            self._sent.add(message_id)
+            self.messages.setdefault(workflow_id, []).append((topic, payload))
+
+    async def get_event(self, workflow_id: str, key: str) -> str | None:
+        return self.events.get((workflow_id, key))
