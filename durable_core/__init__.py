@@ -102,6 +102,7 @@ from .runtime.config import WorkflowConfig
 from .runtime.context import WorkflowContext
 from .runtime.executor import Executor
 from .seams.attributes import AttributeRange, Attributes
+from .seams.events import AttemptEvent
 from .seams.hookspecs import hookimpl
 from .seams.operators import WorkflowFilter
 from .seams.plugins import register_observer, unregister_observer
@@ -111,6 +112,7 @@ from .seams.store import Claimer, Store
 __all__ = [
     "AttributeRange",
     "Attributes",
+    "AttemptEvent",
     "AttributesNotSupportedError",
     "BodyRaisedError",
     "Codec",

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
+from pluggy import PluginValidationError
 
 import durable_core
 from durable_core import (
@@ -36,6 +37,7 @@ from durable_core import (
 from durable_core.contract import workflows as wfs
 from durable_core.contract.support import unique_name
 from durable_core.runtime.worker import WorkflowWorker
+from durable_core.seams.events import ATTEMPT_FIELDS, AttemptEvent
 from durable_core.seams.hookspecs import ObserverSpec
 from durable_core.seams.plugins import plugin_manager
 from durable_core.seams.store import Store
@@ -112,177 +114,60 @@ class Recorder:
             max_attempts=max_attempts,
         )
 
-    @hookimpl
-    def durable_workflow_claimed(
-        self, worker_id: str, workflow_id: str, workflow_name: str, attempts: int, max_attempts: int
-    ) -> None:
-        self._add(
-            "workflow_claimed",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            workflow_name=workflow_name,
-            attempts=attempts,
-            max_attempts=max_attempts,
-        )
+    def _attempt(self, event: str, attempt: AttemptEvent, **fields: Any) -> None:
+        self._add(event, **{name: getattr(attempt, name) for name in ATTEMPT_FIELDS}, **fields)
 
     @hookimpl
-    def durable_step_started(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        step_index: int,
-        step_name: str,
-    ) -> None:
-        self._add(
-            "step_started",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            step_index=step_index,
-            step_name=step_name,
-        )
+    def durable_workflow_claimed(self, attempt: AttemptEvent) -> None:
+        self._attempt("workflow_claimed", attempt)
+
+    @hookimpl
+    def durable_step_started(self, attempt: AttemptEvent, step_index: int, step_name: str) -> None:
+        self._attempt("step_started", attempt, step_index=step_index, step_name=step_name)
 
     @hookimpl
     def durable_step_succeeded(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        step_index: int,
-        step_name: str,
-        cached: bool,
+        self, attempt: AttemptEvent, step_index: int, step_name: str, cached: bool
     ) -> None:
-        self._add(
-            "step_succeeded",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            step_index=step_index,
-            step_name=step_name,
-            cached=cached,
+        self._attempt(
+            "step_succeeded", attempt, step_index=step_index, step_name=step_name, cached=cached
         )
 
     @hookimpl
     def durable_step_failed(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        step_index: int,
-        step_name: str,
-        error: BaseException,
+        self, attempt: AttemptEvent, step_index: int, step_name: str, error: BaseException
     ) -> None:
-        self._add(
-            "step_failed",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            step_index=step_index,
-            step_name=step_name,
-            error=error,
+        self._attempt(
+            "step_failed", attempt, step_index=step_index, step_name=step_name, error=error
         )
 
     @hookimpl
     def durable_retry_scheduled(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        error: dict[str, Any],
-        delay_seconds: float,
+        self, attempt: AttemptEvent, error: dict[str, Any], delay_seconds: float
     ) -> None:
-        self._add(
-            "retry_scheduled",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            error=error,
-            delay_seconds=delay_seconds,
-        )
+        self._attempt("retry_scheduled", attempt, error=error, delay_seconds=delay_seconds)
 
     @hookimpl
-    def durable_workflow_succeeded(
-        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int, output: str
-    ) -> None:
-        self._add(
-            "workflow_succeeded",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            output=output,
-        )
+    def durable_workflow_succeeded(self, attempt: AttemptEvent, output: str) -> None:
+        self._attempt("workflow_succeeded", attempt, output=output)
 
     @hookimpl
-    def durable_workflow_failed(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        error: dict[str, Any],
-    ) -> None:
-        self._add(
-            "workflow_failed",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            error=error,
-        )
+    def durable_workflow_failed(self, attempt: AttemptEvent, error: dict[str, Any]) -> None:
+        self._attempt("workflow_failed", attempt, error=error)
 
     @hookimpl
     def durable_workflow_waiting(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        waiting_for: str,
-        wake_at: Any,
+        self, attempt: AttemptEvent, waiting_for: str, wake_at: Any
     ) -> None:
-        self._add(
-            "workflow_waiting",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            waiting_for=waiting_for,
-            wake_at=wake_at,
-        )
+        self._attempt("workflow_waiting", attempt, waiting_for=waiting_for, wake_at=wake_at)
 
     @hookimpl
-    def durable_workflow_cancelled(
-        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
-    ) -> None:
-        self._add(
-            "workflow_cancelled",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-        )
+    def durable_workflow_cancelled(self, attempt: AttemptEvent) -> None:
+        self._attempt("workflow_cancelled", attempt)
 
     @hookimpl
-    def durable_lease_lost(
-        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
-    ) -> None:
-        self._add(
-            "lease_lost",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-        )
+    def durable_lease_lost(self, attempt: AttemptEvent) -> None:
+        self._attempt("lease_lost", attempt)
 
     @hookimpl
     def durable_worker_started(self, worker_id: str, concurrency: int) -> None:
@@ -293,22 +178,8 @@ class Recorder:
         self._add("worker_stopping", worker_id=worker_id, in_flight=in_flight)
 
     @hookimpl
-    def durable_attempt_unsettled(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        error: BaseException,
-    ) -> None:
-        self._add(
-            "attempt_unsettled",
-            worker_id=worker_id,
-            workflow_id=workflow_id,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            error=error,
-        )
+    def durable_attempt_unsettled(self, attempt: AttemptEvent, error: BaseException) -> None:
+        self._attempt("attempt_unsettled", attempt, error=error)
 
     @hookimpl
     def durable_message_sent(
@@ -352,27 +223,27 @@ class Exploding:
         self._explode()
 
     @hookimpl
-    def durable_workflow_claimed(self, workflow_id: str) -> None:
+    def durable_workflow_claimed(self, attempt: AttemptEvent) -> None:
         self._explode()
 
     @hookimpl
-    def durable_step_started(self, workflow_id: str) -> None:
+    def durable_step_started(self, attempt: AttemptEvent) -> None:
         self._explode()
 
     @hookimpl
-    def durable_step_succeeded(self, workflow_id: str) -> None:
+    def durable_step_succeeded(self, attempt: AttemptEvent) -> None:
         self._explode()
 
     @hookimpl
-    def durable_step_failed(self, workflow_id: str) -> None:
+    def durable_step_failed(self, attempt: AttemptEvent) -> None:
         self._explode()
 
     @hookimpl
-    def durable_retry_scheduled(self, workflow_id: str) -> None:
+    def durable_retry_scheduled(self, attempt: AttemptEvent) -> None:
         self._explode()
 
     @hookimpl
-    def durable_workflow_succeeded(self, workflow_id: str) -> None:
+    def durable_workflow_succeeded(self, attempt: AttemptEvent) -> None:
         self._explode()
 
 
@@ -623,6 +494,67 @@ async def test_a_raising_observer_leaves_the_outcome_unchanged_and_is_logged(
     assert {getattr(r, "workflow_id", None) for r in logged} == {handle.id}
 
 
+class EarlierSignatures:
+    """An observer written for the hooks' earlier signatures: the attempt's fields as
+    arguments of their own, not ``attempt``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+
+    @hookimpl
+    def durable_step_started(
+        self, worker_id: str, workflow_id: str, attempts: int, step_name: str
+    ) -> None:
+        self.seen.append(("step_started", worker_id, workflow_id, attempts, step_name))
+
+    @hookimpl
+    def durable_workflow_succeeded(self, workflow_id: str, max_attempts: int, output: str) -> None:
+        self.seen.append(("succeeded", workflow_id, max_attempts, output))
+
+    @hookimpl
+    def durable_workflow_enqueued(self, workflow_id: str) -> None:  # not an attempt's hook
+        self.seen.append(("enqueued", workflow_id))
+
+
+async def test_an_observer_of_the_earlier_signatures_is_adapted_with_a_warning(
+    sqlite_store: Store, key: str
+) -> None:
+    observer = EarlierSignatures()
+    with pytest.warns(DeprecationWarning) as warned:
+        register_observer(observer, name="earlier")
+    try:
+        handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
+        await WorkflowRunner(sqlite_store, worker_id="obs-old").run_until_complete(handle)
+    finally:
+        unregister_observer(observer)
+    assert sorted(str(w.message) for w in warned) == [
+        "observer earlier's durable_step_started takes worker_id, workflow_id, attempts: take "
+        "`attempt` (an AttemptEvent, durable_core.seams.events) instead; adapted for now",
+        "observer earlier's durable_workflow_succeeded takes workflow_id, max_attempts: take "
+        "`attempt` (an AttemptEvent, durable_core.seams.events) instead; adapted for now",
+    ]
+    *seen, (event, workflow_id, max_attempts, output) = observer.seen
+    assert seen == [
+        ("enqueued", handle.id),
+        *(
+            ("step_started", "obs-old", handle.id, 1, step.name)
+            for step in (wfs.step_one, wfs.step_two, wfs.step_three)
+        ),
+    ]
+    assert (event, workflow_id, max_attempts) == ("succeeded", handle.id, 3)
+    assert json.loads(output) == [f"{key}:1", f"{key}:1:2", f"{key}:1:2:3"]
+
+
+def test_an_observer_naming_an_argument_of_no_signature_is_refused() -> None:
+    class Wrong:
+        @hookimpl
+        def durable_lease_lost(self, workflow_id: str, colour: str) -> None: ...
+
+    with pytest.raises(PluginValidationError, match="colour"):
+        register_observer(Wrong(), name="wrong")
+    assert plugin_manager().get_plugin("wrong") is None
+
+
 # -- worker_started and worker_stopping, with the PostgreSQL worker -----------------------
 
 
@@ -717,8 +649,8 @@ class Tagger:
         return {"tenant": self.tenant, "started-as": workflow_id}
 
     @hookimpl
-    def durable_workflow_claimed(self, workflow_id: str, headers: dict[str, str]) -> None:
-        self.claimed[workflow_id] = dict(headers)
+    def durable_workflow_claimed(self, attempt: AttemptEvent, headers: dict[str, str]) -> None:
+        self.claimed[attempt.workflow_id] = dict(headers)
 
 
 class BadHeaders:

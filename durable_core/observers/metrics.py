@@ -30,6 +30,7 @@ from anyio.from_thread import BlockingPortal
 from ..caller.client import DurableClient
 from ..errors import ConfigurationError, FrameworkError
 from ..redaction import get_logger
+from ..seams.events import AttemptEvent
 from ..seams.hookspecs import hookimpl
 from ..seams.plugins import plugin_manager
 from ..seams.records import BacklogRecord, WorkflowStatus
@@ -184,12 +185,10 @@ class PrometheusObserver:
         self.flush_duration.observe(seconds)
 
     @hookimpl
-    def durable_workflow_claimed(
-        self, workflow_id: str, workflow_name: str, attempts: int, queue_wait: float | None
-    ) -> None:
-        self._open[workflow_id] = _Attempt(workflow_name, attempts)
+    def durable_workflow_claimed(self, attempt: AttemptEvent, queue_wait: float | None) -> None:
+        self._open[attempt.workflow_id] = _Attempt(attempt.workflow_name, attempt.attempts)
         if queue_wait is not None:
-            self.queue_wait.labels(workflow_name).observe(queue_wait)
+            self.queue_wait.labels(attempt.workflow_name).observe(queue_wait)
 
     # -- attempts' ends -----------------------------------------------------------------------
 
@@ -203,42 +202,40 @@ class PrometheusObserver:
         self.attempt_duration.labels(attempt.name, outcome).observe(seconds)
 
     @hookimpl
-    def durable_workflow_succeeded(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "succeeded")
+    def durable_workflow_succeeded(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "succeeded")
 
     @hookimpl
-    def durable_workflow_failed(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "failed")
+    def durable_workflow_failed(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "failed")
 
     @hookimpl
-    def durable_retry_scheduled(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "retry")
+    def durable_retry_scheduled(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "retry")
 
     @hookimpl
-    def durable_workflow_waiting(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "waiting")
+    def durable_workflow_waiting(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "waiting")
 
     @hookimpl
-    def durable_workflow_cancelled(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "cancelled")
+    def durable_workflow_cancelled(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "cancelled")
 
     @hookimpl
-    def durable_lease_lost(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "lease_lost")
+    def durable_lease_lost(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "lease_lost")
 
     @hookimpl
-    def durable_attempt_unsettled(self, workflow_id: str, attempts: int) -> None:
-        self._end(workflow_id, attempts, "unsettled")
+    def durable_attempt_unsettled(self, attempt: AttemptEvent) -> None:
+        self._end(attempt.workflow_id, attempt.attempts, "unsettled")
 
     # -- steps ------------------------------------------------------------------------------
 
     @hookimpl
-    def durable_step_started(
-        self, workflow_id: str, attempts: int, step_index: int, step_name: str
-    ) -> None:
-        attempt = self._open.get(workflow_id)
-        if attempt is not None and attempt.attempts == attempts:
-            attempt.steps[step_index] = (step_name, time.perf_counter())
+    def durable_step_started(self, attempt: AttemptEvent, step_index: int, step_name: str) -> None:
+        open_ = self._open.get(attempt.workflow_id)
+        if open_ is not None and open_.attempts == attempt.attempts:
+            open_.steps[step_index] = (step_name, time.perf_counter())
 
     def _step_ended(self, workflow_id: str, attempts: int, step_index: int, outcome: str) -> None:
         attempt = self._open.get(workflow_id)
@@ -250,15 +247,13 @@ class PrometheusObserver:
             self.step_duration.labels(attempt.name, step, outcome).observe(time.perf_counter() - at)
 
     @hookimpl
-    def durable_step_succeeded(
-        self, workflow_id: str, attempts: int, step_index: int, cached: bool
-    ) -> None:
+    def durable_step_succeeded(self, attempt: AttemptEvent, step_index: int, cached: bool) -> None:
         if not cached:
-            self._step_ended(workflow_id, attempts, step_index, "succeeded")
+            self._step_ended(attempt.workflow_id, attempt.attempts, step_index, "succeeded")
 
     @hookimpl
-    def durable_step_failed(self, workflow_id: str, attempts: int, step_index: int) -> None:
-        self._step_ended(workflow_id, attempts, step_index, "failed")
+    def durable_step_failed(self, attempt: AttemptEvent, step_index: int) -> None:
+        self._step_ended(attempt.workflow_id, attempt.attempts, step_index, "failed")
 
 
 @dataclass(frozen=True)

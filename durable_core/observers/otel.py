@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..seams.events import AttemptEvent
 from ..seams.hookspecs import hookimpl
 from ..seams.plugins import plugin_manager
 
@@ -189,15 +190,9 @@ class OpenTelemetryObserver:
 
     @hookimpl
     def durable_workflow_claimed(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        workflow_name: str,
-        attempts: int,
-        max_attempts: int,
-        queue_wait: float | None,
-        headers: Mapping[str, str],
+        self, attempt: AttemptEvent, queue_wait: float | None, headers: Mapping[str, str]
     ) -> None:
+        workflow_id, workflow_name = attempt.workflow_id, attempt.workflow_name
         stale = self._attempts.pop(workflow_id, None)
         if stale is not None:  # an attempt here that never settled (its store went away)
             self._end_attempt(stale, "abandoned")
@@ -209,22 +204,24 @@ class OpenTelemetryObserver:
             attributes={
                 WORKFLOW_NAME: workflow_name,
                 WORKFLOW_ID: workflow_id,
-                ATTEMPT: attempts,
-                MAX_ATTEMPTS: max_attempts,
-                WORKER_ID: worker_id,
+                ATTEMPT: attempt.attempts,
+                MAX_ATTEMPTS: attempt.max_attempts,
+                WORKER_ID: attempt.worker_id,
                 "messaging.system": SCOPE,
                 "messaging.operation.type": "process",
                 "messaging.message.id": workflow_id,
             },
         )
         token = otel_context.attach(trace.set_span_in_context(span, parent))
-        self._attempts[workflow_id] = _Attempt(span, token, workflow_name, attempts=attempts)
+        self._attempts[workflow_id] = _Attempt(
+            span, token, workflow_name, attempts=attempt.attempts
+        )
         if queue_wait is not None:
             self.queue_wait.record(queue_wait, {WORKFLOW_NAME: workflow_name})
 
-    def _attempt(self, workflow_id: str, attempts: int) -> _Attempt | None:
-        attempt = self._attempts.get(workflow_id)
-        return attempt if attempt is not None and attempt.attempts == attempts else None
+    def _attempt(self, event: AttemptEvent) -> _Attempt | None:
+        attempt = self._attempts.get(event.workflow_id)
+        return attempt if attempt is not None and attempt.attempts == event.attempts else None
 
     def _end_attempt(self, attempt: _Attempt, outcome: str) -> None:
         for step in reversed(attempt.steps.values()):  # steps the end interrupted
@@ -236,16 +233,15 @@ class OpenTelemetryObserver:
 
     def _settle(
         self,
-        workflow_id: str,
-        attempts: int,
+        event: AttemptEvent,
         outcome: str,
         error: Mapping[str, Any] | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
     ) -> _Attempt | None:
-        attempt = self._attempt(workflow_id, attempts)
+        attempt = self._attempt(event)
         if attempt is None:
             return None
-        del self._attempts[workflow_id]
+        del self._attempts[event.workflow_id]
         attempt.span.set_attributes(attributes or {})
         if error is not None:
             _record_error(attempt.span, error)
@@ -253,81 +249,75 @@ class OpenTelemetryObserver:
         return attempt
 
     @hookimpl
-    def durable_workflow_succeeded(self, workflow_id: str, attempts: int) -> None:
-        attempt = self._settle(workflow_id, attempts, "succeeded")
-        if attempt is not None:
-            self.settles.add(1, {WORKFLOW_NAME: attempt.name, OUTCOME: "succeeded"})
+    def durable_workflow_succeeded(self, attempt: AttemptEvent) -> None:
+        ended = self._settle(attempt, "succeeded")
+        if ended is not None:
+            self.settles.add(1, {WORKFLOW_NAME: ended.name, OUTCOME: "succeeded"})
 
     @hookimpl
-    def durable_workflow_failed(
-        self, workflow_id: str, attempts: int, error: Mapping[str, Any]
-    ) -> None:
-        attempt = self._settle(workflow_id, attempts, "failed", error)
-        if attempt is not None:
-            labels = {WORKFLOW_NAME: attempt.name, OUTCOME: "failed", ERROR_TYPE: error["type"]}
+    def durable_workflow_failed(self, attempt: AttemptEvent, error: Mapping[str, Any]) -> None:
+        ended = self._settle(attempt, "failed", error)
+        if ended is not None:
+            labels = {WORKFLOW_NAME: ended.name, OUTCOME: "failed", ERROR_TYPE: error["type"]}
             self.settles.add(1, labels)
 
     @hookimpl
     def durable_retry_scheduled(
-        self, workflow_id: str, attempts: int, error: Mapping[str, Any], delay_seconds: float
+        self, attempt: AttemptEvent, error: Mapping[str, Any], delay_seconds: float
     ) -> None:
-        attempt = self._settle(
-            workflow_id, attempts, "retry", error, {"durable.retry.delay": delay_seconds}
-        )
-        if attempt is not None:
-            self.retries.add(1, {WORKFLOW_NAME: attempt.name, ERROR_TYPE: error["type"]})
+        ended = self._settle(attempt, "retry", error, {"durable.retry.delay": delay_seconds})
+        if ended is not None:
+            self.retries.add(1, {WORKFLOW_NAME: ended.name, ERROR_TYPE: error["type"]})
 
     @hookimpl
     def durable_workflow_waiting(
-        self, workflow_id: str, attempts: int, waiting_for: str, wake_at: datetime | None
+        self, attempt: AttemptEvent, waiting_for: str, wake_at: datetime | None
     ) -> None:
         extra: dict[str, AttributeValue] = {WAITING_FOR: waiting_for}
         if wake_at is not None:
             extra["durable.workflow.wake_at"] = wake_at.isoformat()
-        self._settle(workflow_id, attempts, "waiting", attributes=extra)
+        self._settle(attempt, "waiting", attributes=extra)
 
     @hookimpl
-    def durable_workflow_cancelled(self, workflow_id: str, attempts: int) -> None:
-        attempt = self._settle(workflow_id, attempts, "cancelled")
-        if attempt is not None:
-            self.settles.add(1, {WORKFLOW_NAME: attempt.name, OUTCOME: "cancelled"})
+    def durable_workflow_cancelled(self, attempt: AttemptEvent) -> None:
+        ended = self._settle(attempt, "cancelled")
+        if ended is not None:
+            self.settles.add(1, {WORKFLOW_NAME: ended.name, OUTCOME: "cancelled"})
 
     @hookimpl
-    def durable_lease_lost(self, workflow_id: str, attempts: int) -> None:
-        attempt = self._attempt(workflow_id, attempts)
-        if attempt is not None:
-            attempt.span.set_status(Status(StatusCode.ERROR, "lease lost"))
-        self._settle(workflow_id, attempts, "lease_lost")
+    def durable_lease_lost(self, attempt: AttemptEvent) -> None:
+        held = self._attempt(attempt)
+        if held is not None:
+            held.span.set_status(Status(StatusCode.ERROR, "lease lost"))
+        self._settle(attempt, "lease_lost")
 
     # -- steps ------------------------------------------------------------------------------
 
     @hookimpl
     def durable_step_started(
-        self, workflow_id: str, attempts: int, step_index: int, step_name: str, step_attempt: int
+        self, attempt: AttemptEvent, step_index: int, step_name: str, step_attempt: int
     ) -> None:
-        attempt = self._attempt(workflow_id, attempts)
-        if attempt is None:
+        held = self._attempt(attempt)
+        if held is None:
             return
-        parent = trace.set_span_in_context(attempt.span)
+        parent = trace.set_span_in_context(held.span)
         span = self.tracer.start_span(
             f"step {step_name}",
             context=parent,
             attributes={
-                WORKFLOW_ID: workflow_id,
+                WORKFLOW_ID: attempt.workflow_id,
                 STEP_NAME: step_name,
                 STEP_INDEX: step_index,
                 STEP_ATTEMPT: step_attempt,
             },
         )
         token = otel_context.attach(trace.set_span_in_context(span))
-        attempt.steps[step_index] = _Open(span, token, step_name)
+        held.steps[step_index] = _Open(span, token, step_name)
         if step_attempt > 1:
-            self.step_retries.add(1, {WORKFLOW_NAME: attempt.name, STEP_NAME: step_name})
+            self.step_retries.add(1, {WORKFLOW_NAME: held.name, STEP_NAME: step_name})
 
-    def _end_step(
-        self, workflow_id: str, attempts: int, step_index: int, error: BaseException | None
-    ) -> None:
-        attempt = self._attempt(workflow_id, attempts)
+    def _end_step(self, event: AttemptEvent, step_index: int, error: BaseException | None) -> None:
+        attempt = self._attempt(event)
         step = None if attempt is None else attempt.steps.pop(step_index, None)
         if attempt is None or step is None:
             return
@@ -341,17 +331,15 @@ class OpenTelemetryObserver:
         self.step_duration.record(step.close(), labels)
 
     @hookimpl
-    def durable_step_succeeded(
-        self, workflow_id: str, attempts: int, step_index: int, cached: bool
-    ) -> None:
+    def durable_step_succeeded(self, attempt: AttemptEvent, step_index: int, cached: bool) -> None:
         if not cached:  # a replayed step ran in an earlier attempt, under that one's span
-            self._end_step(workflow_id, attempts, step_index, None)
+            self._end_step(attempt, step_index, None)
 
     @hookimpl
     def durable_step_failed(
-        self, workflow_id: str, attempts: int, step_index: int, error: BaseException
+        self, attempt: AttemptEvent, step_index: int, error: BaseException
     ) -> None:
-        self._end_step(workflow_id, attempts, step_index, error)
+        self._end_step(attempt, step_index, error)
 
 
 def _qualified(cls: type) -> str:

@@ -31,6 +31,7 @@ from ..definitions.retry import RetryPolicy
 from ..durations import utcnow
 from ..errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from ..redaction import get_logger
+from ..seams.events import AttemptEvent
 from ..seams.plugins import observers
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
@@ -127,7 +128,15 @@ class Attempt(Effects, Sagas):
             "attempts": claimed.attempts,
             "max_attempts": claimed.max_attempts,
         }
-        """What every log record and observer event of this attempt carries."""
+        """What every log record of this attempt carries."""
+        self.event = AttemptEvent(
+            worker_id=claimed.lease.worker_id,
+            workflow_id=claimed.id,
+            workflow_name=claimed.name,
+            attempts=claimed.attempts,
+            max_attempts=claimed.max_attempts,
+        )
+        """What every observer event of this attempt receives as ``attempt``."""
         self.journal = Journal(claimed.name)
         self.failed_step: tuple[int, str] | None = None
         """The step the attempt failed in, recorded with its error."""
@@ -215,7 +224,12 @@ class Attempt(Effects, Sagas):
                         self.lease, call.index, call.name, input_json, path=call.stored_path
                     )
                 )
-                observers().durable_step_started(step_attempt=tries, **self._step_fields(call))
+                observers().durable_step_started(
+                    attempt=self.event,
+                    step_index=call.index,
+                    step_name=call.name,
+                    step_attempt=tries,
+                )
                 token = enter_step()
                 try:
                     result = await step.run_body(*args, **kwargs)
@@ -404,14 +418,15 @@ class Attempt(Effects, Sagas):
 
     # -- what the door does for each call -------------------------------------------------------
 
-    def _step_fields(self, call: Call) -> dict[str, Any]:
-        return {**self.fields, "step_index": call.index, "step_name": call.name}
-
     def _replayed(self, call: Call) -> None:
-        observers().durable_step_succeeded(cached=True, **self._step_fields(call))
+        observers().durable_step_succeeded(
+            attempt=self.event, step_index=call.index, step_name=call.name, cached=True
+        )
 
     def _recorded(self, call: Call) -> None:
-        observers().durable_step_succeeded(cached=False, **self._step_fields(call))
+        observers().durable_step_succeeded(
+            attempt=self.event, step_index=call.index, step_name=call.name, cached=False
+        )
 
     async def _record(self, call: Call, input_json: str, output: str) -> None:
         """Record a durable primitive's output as its call's (in one write)."""
@@ -426,7 +441,9 @@ class Attempt(Effects, Sagas):
         self.failed_step = (call.index, call.name)
         error = dump_error(error_record(exc, step_index=call.index, step_name=call.name))
         await self.persist(lambda: self.writes.fail_step(self.lease, call.index, error))
-        observers().durable_step_failed(error=exc, **self._step_fields(call))
+        observers().durable_step_failed(
+            attempt=self.event, step_index=call.index, step_name=call.name, error=exc
+        )
 
     async def _retry_wait(
         self, call: Call, input_json: str, tries: int, deadline: datetime

@@ -28,10 +28,7 @@ def claimed(attempt: Attempt) -> None:
         taken = row.lease.started_at or attempt.clock()
         queue_wait = max(0.0, (taken - row.due_at).total_seconds())
     observers().durable_workflow_claimed(
-        workflow_name=row.name,
-        queue_wait=queue_wait,
-        headers=row.headers or {},
-        **attempt.fields,
+        attempt=attempt.event, queue_wait=queue_wait, headers=row.headers or {}
     )
 
 
@@ -60,7 +57,7 @@ async def succeed(attempt: Attempt, output: str) -> WorkflowStatus:
         logger.debug(
             "workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"}
         )
-    observers().durable_workflow_succeeded(output=output, **attempt.fields)
+    observers().durable_workflow_succeeded(attempt=attempt.event, output=output)
     return WorkflowStatus.SUCCEEDED
 
 
@@ -100,7 +97,9 @@ async def fail(
             delay,
             extra={**attempt.fields, "outcome": "retry", "error_type": record["type"]},
         )
-        observers().durable_retry_scheduled(error=record, delay_seconds=delay, **attempt.fields)
+        observers().durable_retry_scheduled(
+            attempt=attempt.event, error=record, delay_seconds=delay
+        )
         return WorkflowStatus.PENDING
     await _settle(attempt, WorkflowStatus.FAILED, error=error)
     logger.error(
@@ -112,7 +111,7 @@ async def fail(
         exc,
         extra={**attempt.fields, "outcome": "failed", "error_type": record["type"]},
     )
-    observers().durable_workflow_failed(error=record, **attempt.fields)
+    observers().durable_workflow_failed(attempt=attempt.event, error=record)
     return WorkflowStatus.FAILED
 
 
@@ -149,9 +148,9 @@ def waiting(attempt: Attempt) -> WorkflowStatus:
             extra={**attempt.fields, "outcome": "waiting"},
         )
     observers().durable_workflow_waiting(
+        attempt=attempt.event,
         waiting_for=waits[0].waiting_for if len(waits) == 1 else f"any:{len(waits)}",
         wake_at=wake_at,
-        **attempt.fields,
     )
     return WorkflowStatus.WAITING
 
@@ -166,7 +165,7 @@ async def cancelled(attempt: Attempt) -> WorkflowStatus:
         attempt.claimed.name,
         extra={**attempt.fields, "outcome": "cancelled"},
     )
-    observers().durable_workflow_cancelled(**attempt.fields)
+    observers().durable_workflow_cancelled(attempt=attempt.event)
     return WorkflowStatus.CANCELLED
 
 
@@ -196,7 +195,7 @@ async def timed_out(attempt: Attempt) -> WorkflowStatus:
         row.name,
         extra={**attempt.fields, "outcome": "timed_out"},
     )
-    observers().durable_workflow_cancelled(**attempt.fields)
+    observers().durable_workflow_cancelled(attempt=attempt.event)
     return WorkflowStatus.CANCELLED
 
 
@@ -231,12 +230,12 @@ def lost(attempt: Attempt) -> None:
         attempt.claimed.id,
         extra={**attempt.fields, "outcome": "lease_lost"},
     )
-    observers().durable_lease_lost(**attempt.fields)
+    observers().durable_lease_lost(attempt=attempt.event)
 
 
 def unsettled(attempt: Attempt, exc: BaseException) -> None:
     """The attempt could not be settled: its lease will expire and it will be reclaimed."""
-    observers().durable_attempt_unsettled(error=exc, **attempt.fields)
+    observers().durable_attempt_unsettled(attempt=attempt.event, error=exc)
     if isinstance(exc, FrameworkError):
         logger.error(
             "could not settle workflow %s (%s); its lease will expire and it will be reclaimed",

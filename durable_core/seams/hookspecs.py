@@ -5,12 +5,14 @@ can watch (the pytest way: specs in a module of their own, implemented with
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import pluggy
 
+from .events import AttemptEvent
 from .store import EmbeddedDatabase, Store
 
 PROJECT = "durable_core"
@@ -51,7 +53,14 @@ class HeaderSpec:
 
 
 class ObserverSpec:
-    """Events an observer can watch. Return values are ignored."""
+    """Events an observer can watch. Return values are ignored.
+
+    A hook about one attempt of a workflow receives it as ``attempt``, an
+    :class:`~durable_core.seams.events.AttemptEvent` (``worker_id``, ``workflow_id``,
+    ``workflow_name``, ``attempts``, ``max_attempts``), besides what is particular to it.
+    An observer written for the earlier signatures, which took those fields as separate
+    arguments, still works: it is adapted, with a :class:`DeprecationWarning`, when it is
+    registered."""
 
     @hookspec
     def durable_workflow_enqueued(
@@ -61,14 +70,7 @@ class ObserverSpec:
 
     @hookspec
     def durable_workflow_claimed(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        workflow_name: str,
-        attempts: int,
-        max_attempts: int,
-        queue_wait: float | None,
-        headers: Mapping[str, str],
+        self, attempt: AttemptEvent, queue_wait: float | None, headers: Mapping[str, str]
     ) -> None:
         """A worker took the lease on a workflow and is about to run its body.
 
@@ -78,107 +80,54 @@ class ObserverSpec:
 
     @hookspec
     def durable_step_started(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        step_index: int,
-        step_name: str,
-        step_attempt: int,
+        self, attempt: AttemptEvent, step_index: int, step_name: str, step_attempt: int
     ) -> None:
         """A step body is about to run (not fired when a step replays from cache);
         ``step_attempt`` counts its tries, from 1 (more under a step retry policy)."""
 
     @hookspec
     def durable_step_succeeded(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        step_index: int,
-        step_name: str,
-        cached: bool,
+        self, attempt: AttemptEvent, step_index: int, step_name: str, cached: bool
     ) -> None:
         """A step returned; ``cached`` is true when its output came from the history."""
 
     @hookspec
     def durable_step_failed(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        step_index: int,
-        step_name: str,
-        error: BaseException,
+        self, attempt: AttemptEvent, step_index: int, step_name: str, error: BaseException
     ) -> None:
         """A step body raised."""
 
     @hookspec
     def durable_retry_scheduled(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        error: dict[str, Any],
-        delay_seconds: float,
+        self, attempt: AttemptEvent, error: dict[str, Any], delay_seconds: float
     ) -> None:
         """An attempt failed and the workflow will run again after ``delay_seconds``."""
 
     @hookspec
-    def durable_workflow_succeeded(
-        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int, output: str
-    ) -> None:
+    def durable_workflow_succeeded(self, attempt: AttemptEvent, output: str) -> None:
         """The workflow settled as succeeded with this output JSON."""
 
     @hookspec
-    def durable_workflow_failed(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        error: dict[str, Any],
-    ) -> None:
+    def durable_workflow_failed(self, attempt: AttemptEvent, error: dict[str, Any]) -> None:
         """The workflow settled as failed; no further attempt will run."""
 
     @hookspec
     def durable_workflow_waiting(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        waiting_for: str,
-        wake_at: datetime | None,
+        self, attempt: AttemptEvent, waiting_for: str, wake_at: datetime | None
     ) -> None:
         """The workflow suspended, releasing its lease and slot, until ``waiting_for``
         (``sleep``, ``message:<topic>``, ``child:<id>``) happens or ``wake_at`` passes."""
 
     @hookspec
-    def durable_workflow_cancelled(
-        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
-    ) -> None:
+    def durable_workflow_cancelled(self, attempt: AttemptEvent) -> None:
         """A running workflow was cancelled: its body was stopped and it will not run again."""
 
     @hookspec
-    def durable_lease_lost(
-        self, worker_id: str, workflow_id: str, attempts: int, max_attempts: int
-    ) -> None:
+    def durable_lease_lost(self, attempt: AttemptEvent) -> None:
         """The worker lost its lease; another worker owns the workflow now."""
 
     @hookspec
-    def durable_attempt_unsettled(
-        self,
-        worker_id: str,
-        workflow_id: str,
-        attempts: int,
-        max_attempts: int,
-        error: BaseException,
-    ) -> None:
+    def durable_attempt_unsettled(self, attempt: AttemptEvent, error: BaseException) -> None:
         """The attempt could not be settled (the database stayed away, or a bug): it ends
         here with ``error``, its lease expires and another attempt takes it over."""
 
@@ -213,6 +162,13 @@ class ObserverSpec:
     def durable_worker_stopping(self, worker_id: str, in_flight: int) -> None:
         """A worker stopped claiming and is waiting for ``in_flight`` workflows."""
 
+
+ATTEMPT_HOOKS = frozenset(
+    name
+    for name, spec in vars(ObserverSpec).items()
+    if name.startswith("durable_") and "attempt" in inspect.signature(spec).parameters
+)
+"""The observer hooks that receive an :class:`~durable_core.seams.events.AttemptEvent`."""
 
 OBSERVER_HOOKS = frozenset(
     name

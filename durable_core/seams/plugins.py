@@ -3,8 +3,11 @@
 Plugins are found the way pytest finds its own: modules named by entry points
 in the ``durable_core`` group, plus objects registered in code with
 :func:`register_observer`. A hook implementation takes any subset of the
-arguments its spec names. Every observer event carries ``workflow_id`` and,
-where a worker is involved, ``worker_id``, ``attempts`` and ``max_attempts``.
+arguments its spec names. An event about one attempt of a workflow carries it
+as ``attempt``, an :class:`~durable_core.seams.events.AttemptEvent`; an observer
+written for the earlier signatures (``worker_id, workflow_id, attempts,
+max_attempts`` as arguments) is adapted when registered, with a
+:class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ import functools
 import importlib.metadata
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import pluggy
 
 from ..redaction import get_logger
-from .hookspecs import OBSERVER_HOOKS, PROJECT, HeaderSpec, ObserverSpec, StoreSpec
+from .events import ATTEMPT_FIELDS, AttemptEvent
+from .hookspecs import ATTEMPT_HOOKS, OBSERVER_HOOKS, PROJECT, HeaderSpec, ObserverSpec, StoreSpec
 from .roles import CallerStore
 
 ENTRY_POINT_GROUP = "durable_core"
@@ -32,32 +37,68 @@ broken_plugins: dict[str, str] = {}
 """Entry points that failed to load, by name, with the reason (shown in URL errors)."""
 
 
+def _argnames(method: Callable[..., Any]) -> list[str]:
+    """The argument names pluggy passes ``method`` (``self`` left out)."""
+    names = list(inspect.signature(method).parameters)
+    return names[1:] if names[:1] == ["self"] else names
+
+
 def _guarded(hook: str, plugin_name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    argnames = list(inspect.signature(method).parameters)
+    argnames = _argnames(method)
 
     @functools.wraps(method)  # keeps the hookimpl marker and the argument names pluggy reads
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except Exception:
+            values = {**dict(zip(argnames, args, strict=False)), **kwargs}
+            event = values.get("attempt")
+            if isinstance(event, AttemptEvent):
+                values.update(workflow_id=event.workflow_id, worker_id=event.worker_id)
             logger.exception(
                 "observer %s raised in %s; ignored",
                 plugin_name,
                 hook,
-                extra={
-                    key: value
-                    for key, value in [*zip(argnames, args, strict=False), *kwargs.items()]
-                    if key in ("workflow_id", "worker_id")
-                },
+                extra={key: values[key] for key in ("workflow_id", "worker_id") if key in values},
             )
             return None
 
     return guarded
 
 
+def _adapted(hook: str, plugin_name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` as pluggy calls it now, or, when it was written for the hook's earlier
+    signature (the attempt's fields as separate arguments, not ``attempt``), adapted to
+    it with a :class:`DeprecationWarning`."""
+    if hook not in ATTEMPT_HOOKS:
+        return method
+    spec = getattr(ObserverSpec, hook)
+    names, wanted = _argnames(spec), _argnames(method)
+    legacy = [name for name in wanted if name not in names]
+    if not legacy or not set(legacy) <= set(ATTEMPT_FIELDS):
+        return method  # current, or wrong in a way pluggy's validation names
+    warnings.warn(
+        f"observer {plugin_name}'s {hook} takes {', '.join(legacy)}: take `attempt` (an "
+        "AttemptEvent, durable_core.seams.events) instead; adapted for now",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+
+    def adapted(*args: Any) -> Any:
+        values = dict(zip(names, args, strict=True))
+        event = values["attempt"]
+        values.update({field: getattr(event, field) for field in ATTEMPT_FIELDS})
+        return method(**{name: values[name] for name in wanted})
+
+    functools.update_wrapper(adapted, method)  # the hookimpl marker
+    adapted.__wrapped__ = spec  # type: ignore[attr-defined]  # pluggy reads the spec's names
+    return adapted
+
+
 class _Guarded:
     """What is registered for an observer: its hook implementations, those of observer
-    hooks guarded so that one that raises is logged and skipped."""
+    hooks guarded so that one that raises is logged and skipped (and adapted, when written
+    for a hook's earlier signature)."""
 
     def __init__(self, plugin: object, plugin_name: str, manager: pluggy.PluginManager) -> None:
         self.plugin = plugin
@@ -69,7 +110,7 @@ class _Guarded:
             method = getattr(plugin, name)
             wrapping = opts.get("wrapper") or opts.get("hookwrapper")
             if name in OBSERVER_HOOKS and not wrapping:
-                method = _guarded(name, plugin_name, method)
+                method = _guarded(name, plugin_name, _adapted(name, plugin_name, method))
             setattr(self, name, method)
 
 

@@ -16,6 +16,7 @@ import anyio
 import asyncpg
 
 from durable_core import (
+    AttemptEvent,
     DurableClient,
     NonRetryableError,
     RetryPolicy,
@@ -471,12 +472,12 @@ class HookRecorder:
         write.add_done_callback(self._writes.discard)
 
     @hookimpl
-    def durable_workflow_cancelled(self, worker_id: str, workflow_id: str) -> None:
-        self._write("durable_workflow_cancelled", workflow_id, worker_id)
+    def durable_workflow_cancelled(self, attempt: AttemptEvent) -> None:
+        self._write("durable_workflow_cancelled", attempt.workflow_id, attempt.worker_id)
 
     @hookimpl
-    def durable_lease_lost(self, worker_id: str, workflow_id: str) -> None:
-        self._write("durable_lease_lost", workflow_id, worker_id)
+    def durable_lease_lost(self, attempt: AttemptEvent) -> None:
+        self._write("durable_lease_lost", attempt.workflow_id, attempt.worker_id)
 
 
 if os.environ.get("TEST_RECORD_HOOKS"):

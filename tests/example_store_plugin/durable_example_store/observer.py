@@ -11,15 +11,18 @@ import os
 from datetime import datetime
 from typing import Any
 
+from durable_core.seams.events import ATTEMPT_FIELDS, AttemptEvent
 from durable_core.seams.hookspecs import hookimpl
 
 EVENTS_ENV = "DURABLE_EXAMPLE_EVENTS"
 
 
-def _record(event: str, **fields: Any) -> None:
+def _record(event: str, attempt: AttemptEvent | None = None, **fields: Any) -> None:
     path = os.environ.get(EVENTS_ENV)
     if not path:
         return
+    if attempt is not None:  # the attempt's fields first, as separate keys
+        fields = {name: getattr(attempt, name) for name in ATTEMPT_FIELDS} | fields
     if isinstance(fields.get("error"), BaseException):
         exc = fields["error"]
         fields["error"] = f"{type(exc).__name__}: {exc}"
@@ -38,34 +41,15 @@ def durable_workflow_enqueued(workflow_id: str, workflow_name: str, max_attempts
 
 
 @hookimpl
-def durable_workflow_claimed(
-    worker_id: str, workflow_id: str, workflow_name: str, attempts: int, max_attempts: int
-) -> None:
-    _record(
-        "workflow_claimed",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        workflow_name=workflow_name,
-        attempts=attempts,
-        max_attempts=max_attempts,
-    )
+def durable_workflow_claimed(attempt: AttemptEvent) -> None:
+    _record("workflow_claimed", attempt)
 
 
 @hookimpl
-def durable_step_started(
-    worker_id: str,
-    workflow_id: str,
-    attempts: int,
-    max_attempts: int,
-    step_index: int,
-    step_name: str,
-) -> None:
+def durable_step_started(attempt: AttemptEvent, step_index: int, step_name: str) -> None:
     _record(
         "step_started",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         step_index=step_index,
         step_name=step_name,
     )
@@ -73,20 +57,11 @@ def durable_step_started(
 
 @hookimpl
 def durable_step_succeeded(
-    worker_id: str,
-    workflow_id: str,
-    attempts: int,
-    max_attempts: int,
-    step_index: int,
-    step_name: str,
-    cached: bool,
+    attempt: AttemptEvent, step_index: int, step_name: str, cached: bool
 ) -> None:
     _record(
         "step_succeeded",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         step_index=step_index,
         step_name=step_name,
         cached=cached,
@@ -95,20 +70,11 @@ def durable_step_succeeded(
 
 @hookimpl
 def durable_step_failed(
-    worker_id: str,
-    workflow_id: str,
-    attempts: int,
-    max_attempts: int,
-    step_index: int,
-    step_name: str,
-    error: BaseException,
+    attempt: AttemptEvent, step_index: int, step_name: str, error: BaseException
 ) -> None:
     _record(
         "step_failed",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         step_index=step_index,
         step_name=step_name,
         error=error,
@@ -117,94 +83,54 @@ def durable_step_failed(
 
 @hookimpl
 def durable_retry_scheduled(
-    worker_id: str,
-    workflow_id: str,
-    attempts: int,
-    max_attempts: int,
-    error: dict[str, Any],
-    delay_seconds: float,
+    attempt: AttemptEvent, error: dict[str, Any], delay_seconds: float
 ) -> None:
     _record(
         "retry_scheduled",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         error_type=error.get("type"),
         delay_seconds=delay_seconds,
     )
 
 
 @hookimpl
-def durable_workflow_succeeded(
-    worker_id: str, workflow_id: str, attempts: int, max_attempts: int, output: str
-) -> None:
+def durable_workflow_succeeded(attempt: AttemptEvent, output: str) -> None:
     _record(
         "workflow_succeeded",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         output=output,
     )
 
 
 @hookimpl
-def durable_workflow_failed(
-    worker_id: str, workflow_id: str, attempts: int, max_attempts: int, error: dict[str, Any]
-) -> None:
+def durable_workflow_failed(attempt: AttemptEvent, error: dict[str, Any]) -> None:
     _record(
         "workflow_failed",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         error_type=error.get("type"),
     )
 
 
 @hookimpl
 def durable_workflow_waiting(
-    worker_id: str,
-    workflow_id: str,
-    attempts: int,
-    max_attempts: int,
-    waiting_for: str,
-    wake_at: datetime | None,
+    attempt: AttemptEvent, waiting_for: str, wake_at: datetime | None
 ) -> None:
     _record(
         "waiting",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         waiting_for=waiting_for,
         wake_at=None if wake_at is None else wake_at.isoformat(),
     )
 
 
 @hookimpl
-def durable_workflow_cancelled(
-    worker_id: str, workflow_id: str, attempts: int, max_attempts: int
-) -> None:
-    _record(
-        "cancelled",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
-    )
+def durable_workflow_cancelled(attempt: AttemptEvent) -> None:
+    _record("cancelled", attempt)
 
 
 @hookimpl
-def durable_lease_lost(worker_id: str, workflow_id: str, attempts: int, max_attempts: int) -> None:
-    _record(
-        "lease_lost",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
-    )
+def durable_lease_lost(attempt: AttemptEvent) -> None:
+    _record("lease_lost", attempt)
 
 
 @hookimpl
@@ -218,15 +144,10 @@ def durable_worker_stopping(worker_id: str, in_flight: int) -> None:
 
 
 @hookimpl
-def durable_attempt_unsettled(
-    worker_id: str, workflow_id: str, attempts: int, max_attempts: int, error: BaseException
-) -> None:
+def durable_attempt_unsettled(attempt: AttemptEvent, error: BaseException) -> None:
     _record(
         "attempt_unsettled",
-        worker_id=worker_id,
-        workflow_id=workflow_id,
-        attempts=attempts,
-        max_attempts=max_attempts,
+        attempt,
         error=error,
     )
 
