@@ -42,6 +42,8 @@ from durable_core.sql.rules import (
 )
 from durable_core.sql.statements import CLAIMED_COLUMNS, NEW_WORKFLOW_FIELDS, new_workflow_values
 
+from .keyed import keyed_params, keyed_scan
+
 
 def _unbounded(kind: sa.types.TypeEngine[Any]) -> sa.types.TypeEngine[Any]:
     # An array of VARCHAR(n) would truncate an over-long value; the column refuses it.
@@ -193,7 +195,8 @@ class PostgresStatements(Statements):
 
     def _within_quotas(self, candidates: Any, order: tuple[Any, ...], limit: Any) -> Any:
         """The claim's rows among ``candidates``, in ``order``, within each served queue's
-        share: the worker's own room, its fleet concurrency and rate, its key limit."""
+        share: the worker's own room, its fleet concurrency and rate, its key limits; in a
+        keyed queue, the least busy key first."""
         now = sa.func.now()
         # What each served queue may still hand out: the worker's own room, less what the
         # fleet runs against the queue's concurrency, less what started in the rate window.
@@ -205,8 +208,12 @@ class PostgresStatements(Statements):
                 param("rates", postgresql.ARRAY(sa.Integer())),
                 param("periods", postgresql.ARRAY(sa.Float())),
                 param("key_limits", postgresql.ARRAY(sa.Integer())),
+                param("key_rates", postgresql.ARRAY(sa.Integer())),
+                param("key_periods", postgresql.ARRAY(sa.Float())),
             )
-            .table_valued("queue", "take", "fleet", "rate", "period", "key_limit")
+            .table_valued(
+                "queue", "take", "fleet", "rate", "period", "key_limit", "key_rate", "key_period"
+            )
             .render_derived(name="quota")
         )
         running = sa.and_(wf.c.status == RUNNING, wf.c.locked_until >= now)
@@ -224,57 +231,119 @@ class PostgresStatements(Statements):
             limited(quotas.c.fleet, counted(running, wf.c.queue == quotas.c.queue)),
             limited(quotas.c.rate, counted(wf.c.queue == quotas.c.queue, wf.c.started_at > window)),
         )
-        quota = sa.select(quotas.c.queue, quotas.c.key_limit, room.label("room")).cte("quota")
+        quota = sa.select(
+            quotas.c.queue,
+            quotas.c.key_limit,
+            quotas.c.key_rate,
+            quotas.c.key_period,
+            room.label("room"),
+        ).cte("quota")
 
-        # A concurrency key runs at most key_limit at once in its queue: what runs now plus
-        # what this claim would start, in claim order.
+        # Per key (within its queue): what runs now and what started in the key's rate
+        # window, counted only where the queue has that limit, and the row's place among
+        # its key's candidates in claim order.
         has_key = candidates.c.concurrency_key.is_not(None)
-        keyed = (
+        keyed_queue = sa.or_(quota.c.key_limit.is_not(None), quota.c.key_rate.is_not(None))
+        same_key = (
+            wf.c.concurrency_key == candidates.c.concurrency_key,
+            wf.c.queue == candidates.c.queue,
+        )
+        # Starts in each key's rate window, counted once per keyed queue from the queue's
+        # recent starts (ix_workflows_queue_started_at): never a walk of a key's history.
+        key_window = PostgresDialect.seconds_after_now(-quota.c.key_period)
+        recent = (
+            sa.select(wf.c.queue, wf.c.concurrency_key, sa.func.count().label("started"))
+            .select_from(wf.join(quota, quota.c.queue == wf.c.queue))
+            .where(
+                quota.c.key_rate.is_not(None),
+                wf.c.started_at > key_window,
+                wf.c.concurrency_key.is_not(None),
+            )
+            .group_by(wf.c.queue, wf.c.concurrency_key)
+            .cte("recent")
+        )
+        counts = (
             sa.select(
                 candidates,
                 quota.c.room,
+                quota.c.key_limit,
+                quota.c.key_rate,
+                keyed_queue.label("keyed"),
                 sa.case(
-                    (
-                        sa.and_(has_key, quota.c.key_limit.is_not(None)),
-                        quota.c.key_limit
-                        - counted(
-                            running,
-                            wf.c.concurrency_key == candidates.c.concurrency_key,
-                            wf.c.queue == candidates.c.queue,
-                        )
-                        - sa.func.row_number().over(
-                            partition_by=(candidates.c.queue, candidates.c.concurrency_key),
-                            order_by=order,
-                        ),
-                    ),
-                    else_=const(0),
-                ).label("key_room"),
+                    (sa.and_(has_key, keyed_queue), counted(running, *same_key)), else_=const(0)
+                ).label("key_running"),
+                sa.func.coalesce(recent.c.started, const(0)).label("key_started"),
+                sa.func.row_number()
+                .over(
+                    partition_by=(candidates.c.queue, candidates.c.concurrency_key),
+                    order_by=order,
+                )
+                .label("key_nth"),
             )
-            .select_from(candidates.join(quota, quota.c.queue == candidates.c.queue))
-            .subquery("keyed")
+            .select_from(
+                candidates.join(quota, quota.c.queue == candidates.c.queue).outerjoin(
+                    recent,
+                    sa.and_(
+                        recent.c.queue == candidates.c.queue,
+                        recent.c.concurrency_key == candidates.c.concurrency_key,
+                    ),
+                )
+            )
+            .subquery("counts")
         )
-        allowed = sa.select(keyed).where(keyed.c.key_room >= const(0)).subquery("allowed")
+        keyed_row = counts.c.concurrency_key.is_not(None)
+        key_room = sa.case(
+            (
+                sa.and_(keyed_row, counts.c.key_limit.is_not(None)),
+                counts.c.key_limit - counts.c.key_running - counts.c.key_nth,
+            ),
+            else_=const(0),
+        )
+        rate_room = sa.case(
+            (
+                sa.and_(keyed_row, counts.c.key_rate.is_not(None)),
+                counts.c.key_rate - counts.c.key_started - counts.c.key_nth,
+            ),
+            else_=const(0),
+        )
+        # Fair among keys: a keyed queue's rows by their key's load (what it runs plus
+        # its rows ahead in this claim); elsewhere the load is 0 and the order is as ever.
+        load = sa.case(
+            (counts.c.keyed, counts.c.key_running + counts.c.key_nth), else_=const(0)
+        ).label("key_load")
+        allowed = (
+            sa.select(counts, load)
+            .where(key_room >= const(0), rate_room >= const(0))
+            .subquery("allowed")
+        )
+        fair = (
+            allowed.c.stale.desc(),
+            allowed.c.priority.desc(),
+            allowed.c.key_load,
+            allowed.c.run_at,
+        )
         ranked = sa.select(
             allowed,
-            sa.func.row_number()
-            .over(
-                partition_by=allowed.c.queue,
-                order_by=(allowed.c.stale.desc(), allowed.c.priority.desc(), allowed.c.run_at),
-            )
-            .label("nth"),
+            sa.func.row_number().over(partition_by=allowed.c.queue, order_by=fair).label("nth"),
         ).subquery("ranked")
         picked = (
             sa.select(ranked.c.id, ranked.c.crashed_worker, ranked.c.crashed_at)
             .where(ranked.c.nth <= ranked.c.room)
-            .order_by(ranked.c.stale.desc(), ranked.c.priority.desc(), ranked.c.run_at)
+            .order_by(
+                ranked.c.stale.desc(),
+                ranked.c.priority.desc(),
+                ranked.c.key_load,
+                ranked.c.run_at,
+            )
             .limit(limit)
             .cte("picked")
             .prefix_with("MATERIALIZED")
         )
         return picked
 
-    def claim_params(self, routes: Sequence[Route]) -> Params:
-        """The lanes and quotas of :attr:`claim` for ``routes``."""
+    def claim_params(self, routes: Sequence[Route], key_pivot: str = "") -> Params:
+        """The lanes and quotas of :attr:`claim` for ``routes``; a keyed lane's keys are
+        walked from after ``key_pivot`` (and from the first)."""
         lanes = [(route.queue.name, name) for route in routes for name in route.names]
         queues = [route.queue for route in routes]
         return {
@@ -286,6 +355,7 @@ class PostgresStatements(Statements):
             "rates": [None if q.rate_limit is None else q.rate_limit.limit for q in queues],
             "periods": [None if q.rate_limit is None else q.rate_limit.period for q in queues],
             "key_limits": [queue.key_concurrency for queue in queues],
+            **keyed_params(routes, key_pivot),
         }
 
     def serialize_claims(self) -> sa.Executable:
@@ -389,9 +459,12 @@ class PostgresStatements(Statements):
             sa.cast(sa.null(), sa.String()).label("crashed_worker"),
             sa.cast(sa.null(), UTCDateTime()).label("crashed_at"),
         )
-        candidates = sa.union_all(sa.select(stale), lane_scan(PENDING, "due"), woken).cte(
-            "candidates"
-        )
+        sources = [sa.select(stale), lane_scan(PENDING, "due"), woken]
+        if quotas:
+            # A keyed lane's rows per key too (a row found twice is one candidate).
+            candidates = sa.union(*sources, keyed_scan(columns)).cte("candidates")
+        else:
+            candidates = sa.union_all(*sources).cte("candidates")
         order = (candidates.c.stale.desc(), candidates.c.priority.desc(), candidates.c.run_at)
         if not quotas:
             # No queue limit and no per-queue share below the limit: the first rows in order.
@@ -416,6 +489,7 @@ class PostgresStatements(Statements):
             .values(take_lease(self.dialect, token))
             .returning(
                 *CLAIMED_COLUMNS,
+                wf.c.concurrency_key,
                 picked.c.crashed_worker,
                 picked.c.crashed_at,
             )
@@ -423,6 +497,7 @@ class PostgresStatements(Statements):
         )
         return sa.select(
             *(claimed.c[column.name] for column in CLAIMED_COLUMNS),
+            claimed.c.concurrency_key,
             claimed.c.crashed_worker,
             claimed.c.crashed_at,
             self.inline_steps(claimed.c.id).label("steps"),

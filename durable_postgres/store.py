@@ -128,6 +128,9 @@ class PostgresStore(SQLStore):
 
     statements: PostgresStatements
 
+    _key_pivot = ""
+    """The last concurrency key this store claimed: where the next claim walks keys from."""
+
     def __init__(
         self,
         url: str,
@@ -228,7 +231,7 @@ class PostgresStore(SQLStore):
             "worker": worker_id,
             "limit": limit,
             "lease_seconds": float(lease_seconds),
-            **self.statements.claim_params(routes),
+            **self.statements.claim_params(routes, self._key_pivot),
         }
         locked = sorted(route.queue.name for route in routes if route.queue.fleet_limited)
         if locked:
@@ -241,6 +244,9 @@ class PostgresStore(SQLStore):
             rows = await self._fetch("claim", claim, params)
         if listener is not None and listening:
             listener.caught_up()
+        # The next claim walks a keyed lane's keys from after the last one served here.
+        keys = [row["concurrency_key"] for row in rows if row["concurrency_key"] is not None]
+        self._key_pivot = max(keys) if keys else ""
         return [claimed_from_row(row, worker_id, steps=True, crashed=True) for row in rows]
 
     def watch(self, workflow_id: str) -> Watch:

@@ -14,6 +14,8 @@ from durable_core import (
     DebounceNotSupportedError,
     DurableClient,
     InvalidDurationError,
+    Queue,
+    RateLimit,
     workflow,
 )
 from durable_core.seams.flow_roles import debouncer_of
@@ -71,3 +73,18 @@ async def test_a_debounced_start_needs_a_debounce_key(tmp_path: Any) -> None:
         with pytest.raises(ConfigurationError, match="must be a DebounceKey"):
             await client.start_workflow_debounced("k", noop, 1)  # type: ignore[arg-type]
         assert await store.list_workflows(limit=5) == []
+
+
+def test_a_key_rate_limit_must_be_a_rate_limit() -> None:
+    with pytest.raises(ConfigurationError, match="key_rate_limit must be a RateLimit"):
+        Queue("q", key_rate_limit=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="key_concurrency must be a whole number"):
+        Queue("q", key_concurrency=0)
+
+
+def test_a_queue_with_a_key_limit_is_keyed_and_claims_at_most_its_per_key_cap() -> None:
+    assert not Queue("q", concurrency=3).keyed
+    paced = Queue("q", key_rate_limit=RateLimit(2, period=1))
+    assert (paced.keyed, paced.fleet_limited, paced.per_key) == (True, True, 2)
+    both = Queue("q", key_concurrency=5, key_rate_limit=RateLimit(3))
+    assert both.per_key == 3

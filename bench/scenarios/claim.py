@@ -67,6 +67,20 @@ FROM generate_series(1, $1::int) AS g,
 """
 
 
+KEYED = Queue(DEFAULT_QUEUE, key_concurrency=4)
+"""The default queue with a per-key limit: its claim walks each key's rows (fairly)."""
+
+COLD_KEYS = 100
+
+_KEYED = f"""
+UPDATE workflows SET concurrency_key = CASE
+    WHEN id IN (SELECT id FROM workflows WHERE status = 'pending'
+                AND name = 'bench.app.three_steps' ORDER BY run_at DESC LIMIT {COLD_KEYS})
+    THEN 'cold-' || id ELSE 'hot' END
+WHERE status = 'pending' AND name = 'bench.app.three_steps'
+"""
+
+
 async def timed_claims(
     conn: asyncpg.Connection,
     limit: int,
@@ -167,9 +181,26 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
                 met=unserved <= TARGET_GROWTH * largest,
             )
         )
-        result.details["load_and_measure_seconds"] = time.perf_counter() - started
         plan = await _explain(conn, limits[1])
         result.details["plan_at_largest"] = plan
+        # Per-key limits: every pending row one hot key's but the newest 100, a key each.
+        await conn.execute(_KEYED)
+        await conn.execute("ANALYZE workflows")
+        keyed = median((await timed_claims(conn, 32, 32, iterations, KEYED))[0])
+        result.add(
+            Figure(
+                name=(
+                    f"claim 32 rows from a keyed queue (key_concurrency 4): one hot key "
+                    f"of {sizes[-1] - COLD_KEYS:,} pending, {COLD_KEYS} cold keys"
+                ),
+                unit="ms",
+                value=keyed,
+                floor=limited,
+                better="lower",
+                note="one row per key before any key's second; floor = the fleet-limited claim",
+            )
+        )
+        result.details["load_and_measure_seconds"] = time.perf_counter() - started
         smallest = sizes[0]
         for limit in limits:
             key = f"limit {limit}"

@@ -196,7 +196,8 @@ class DurableClient(ScheduleMethods, OnCallMethods):
         is, that long after it starts: ``WorkflowTimeoutError`` is its recorded error), an
         attempt budget ``max_attempts``, in ``queue`` (instead of the workflow's own), with
         ``priority`` (higher is claimed first within the queue), ``concurrency_key``
-        (what the queue's ``key_concurrency`` counts by) and searchable ``attributes``
+        (what the queue's ``key_concurrency`` and
+        ``key_rate_limit`` count by) and searchable ``attributes``
         (written with each workflow, added to this client's)."""
         if timeout is not None:
             timeout = durations.seconds(timeout, "with_options timeout", allow_zero=False)

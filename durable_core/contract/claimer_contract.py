@@ -175,6 +175,46 @@ class ClaimerContract:
         assert set(unkeyed) <= {c.id for c in claimed}
         assert await self.claim(durable_store, "w", 10, routes=keyed) == []
 
+    async def test_a_hot_key_does_not_hold_back_a_cold_one(self, durable_store: Store) -> None:
+        hot = await self.enqueue(durable_store, 30, row={"queue": "fair", "concurrency_key": "h"})
+        [cold] = await self.enqueue(durable_store, 1, row={"queue": "fair", "concurrency_key": "c"})
+        fair = self.routes(Queue("fair", key_concurrency=5))
+        # The oldest row first (a hot one: same run_at, one batch); then the cold key's,
+        # whose key runs nothing, before the hot key's second: the least busy key first,
+        # however long the hot key's backlog.
+        [first] = await self.claim(durable_store, "w", 1, routes=fair)
+        [second] = await self.claim(durable_store, "w", 1, routes=fair)
+        assert (first.id in hot, second.id) == (True, cold)
+        more = await self.claim(durable_store, "w", 10, routes=fair)
+        assert len(more) == 4, "the hot key up to its limit"
+
+    async def test_claims_go_round_the_keys(self, durable_store: Store) -> None:
+        keys = [f"k{n:02d}" for n in range(6)]
+        for key in keys:
+            await self.enqueue(durable_store, 3, row={"queue": "round", "concurrency_key": key})
+        rounds = self.routes(Queue("round", key_concurrency=3))
+        served = []
+        for _ in keys:
+            [one] = await self.claim(durable_store, "w", 1, routes=rounds)
+            record = await durable_store.get_workflow(one.id)
+            assert record is not None
+            served.append(str(record.concurrency_key))
+        assert sorted(served) == keys, "each key once before any key twice"
+
+    async def test_a_key_rate_limit_counts_each_keys_starts(self, durable_store: Store) -> None:
+        for key in ("alice", "bob"):
+            await self.enqueue(durable_store, 4, row={"queue": "kpaced", "concurrency_key": key})
+        paced = self.routes(Queue("kpaced", key_rate_limit=RateLimit(2, period=0.5)))
+        first = await self.claim(durable_store, "w", 10, routes=paced)
+        for item in first:
+            await durable_store.settle(Settlement(item.lease, WorkflowStatus.SUCCEEDED, output="1"))
+        records = [await durable_store.get_workflow(c.id) for c in first]
+        keys = sorted(str(r.concurrency_key) for r in records if r is not None)
+        assert keys == ["alice"] * 2 + ["bob"] * 2
+        assert await self.claim(durable_store, "w", 10, routes=paced) == []
+        await anyio.sleep(0.6)
+        assert len(await self.claim(durable_store, "w", 10, routes=paced)) == 4
+
     async def test_claim_skips_held_and_finished_workflows(self, durable_store: Store) -> None:
         held, done, cancelled, free = await self.enqueue(durable_store, 4)
         assert await durable_store.acquire(held, worker_id="other", lease_seconds=30) is not None

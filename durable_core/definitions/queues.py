@@ -46,7 +46,13 @@ class Queue:
     - ``rate_limit``: at most ``limit`` starts per ``period`` across every worker;
     - ``key_concurrency``: at most this many run at once per concurrency key (a workflow's
       key is given with ``client.with_options(concurrency_key=...)``; rows without one
-      are not limited by it; a key is counted within its queue).
+      are not limited by it; a key is counted within its queue);
+    - ``key_rate_limit``: at most ``limit`` starts per ``period`` per concurrency key.
+
+    A queue with a per-key limit is claimed fairly among its keys: the key running the
+    fewest is served first, so one key's backlog never holds back another's work.
+    Only the PostgreSQL worker claims, so these limits hold for it (``WorkflowRunner``
+    runs what it is given).
 
     A slot is held while a workflow runs; a waiting workflow holds none, and a crashed
     worker's slots are freed when their leases expire.
@@ -57,6 +63,7 @@ class Queue:
     worker_concurrency: int | None = None
     rate_limit: RateLimit | None = None
     key_concurrency: int | None = None
+    key_rate_limit: RateLimit | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
@@ -69,20 +76,32 @@ class Queue:
                     f"queue {self.name!r}: {field} must be a whole number of at least 1, "
                     f"got {value!r}"
                 )
-        if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
-            raise ConfigurationError(
-                f"queue {self.name!r}: rate_limit must be a RateLimit, got {self.rate_limit!r}"
-            )
+        for field in ("rate_limit", "key_rate_limit"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, RateLimit):
+                raise ConfigurationError(
+                    f"queue {self.name!r}: {field} must be a RateLimit, got {value!r}"
+                )
 
     @property
     def fleet_limited(self) -> bool:
         """Whether claiming from it must count what the whole fleet runs (and so be serialized
         between workers)."""
-        return (
-            self.concurrency is not None
-            or self.rate_limit is not None
-            or self.key_concurrency is not None
-        )
+        return self.concurrency is not None or self.rate_limit is not None or self.keyed
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it limits each concurrency key (and so is claimed fairly among keys)."""
+        return self.key_concurrency is not None or self.key_rate_limit is not None
+
+    @property
+    def per_key(self) -> int | None:
+        """The most one claim may start of one key (``None``: not keyed)."""
+        caps = [self.key_concurrency]
+        if self.key_rate_limit is not None:
+            caps.append(self.key_rate_limit.limit)
+        known = [cap for cap in caps if cap is not None]
+        return min(known) if known else None
 
 
 def check_queue_name(name: object) -> str:

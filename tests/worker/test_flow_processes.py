@@ -19,7 +19,7 @@ import asyncpg
 from durable_core import DebounceKey, DurableClient, WorkflowStatus
 from durable_postgres import PostgresStore
 from tests.worker.apps import flow
-from tests.worker.conftest import ROOT, Workers
+from tests.worker.conftest import ROOT, Workers, eventually
 
 APP = "tests.worker.apps.flow"
 
@@ -93,3 +93,35 @@ async def test_debounced_starts_from_processes_one_killed_make_one_run_per_key(
     assert await survivor.output() in (killed[-1][1], killed[-1][1] + 1)
     rows = await runs_of(sql)
     assert sorted((row["id"], row["attempts"]) for row in rows) == sorted([(run, 1), (cut, 1)])
+
+
+async def test_a_hot_key_with_fifty_workflows_does_not_delay_a_cold_keys_one(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    client = DurableClient(pg)
+    hot = client.with_options(concurrency_key="hot")
+    await hot.start_workflows(flow.keyed, [(0.2,)] * 50)  # one at a time: 10 s in all
+    workers.start(app=APP, WORKFLOW_CONCURRENCY=4)
+
+    async def hot_running() -> bool:
+        return bool(
+            await sql.fetchval(
+                "SELECT count(*) FROM workflows WHERE concurrency_key = 'hot' "
+                "AND status = 'running'"
+            )
+        )
+
+    await eventually(hot_running, timeout=60, what="the hot key to run")
+    cold = await client.with_options(concurrency_key="cold").start_workflow(flow.keyed, 0.0)
+    assert await cold.wait_with_timeout(60) is WorkflowStatus.SUCCEEDED
+    done = await sql.fetchval(
+        "SELECT count(*) FROM workflows WHERE concurrency_key = 'hot' AND status = 'succeeded'"
+    )
+    # The cold key was served beside the hot one, not after its backlog (a claim that
+    # looked only at the lane's first rows, all hot, found no cold row until the end).
+    assert done < 40, f"{done} hot workflows ended before the cold one"
+    most = await sql.fetchval(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM workflows WHERE concurrency_key = 'hot'"
+        " AND status = 'running') AS running"
+    )
+    assert most <= 1, "the hot key keeps its limit"
