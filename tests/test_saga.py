@@ -285,6 +285,19 @@ async def test_a_timeout_runs_the_compensations_past_the_deadline(store: Store) 
     assert raised.value.error["details"]["compensations"] == [undo.name]
 
 
+async def test_a_compensation_failing_past_the_deadline_is_run_again_then_it_times_out(
+    store: Store,
+) -> None:
+    FLAKY["car-ref"] = 1
+    client = DurableClient(store).with_options(timeout=timedelta(hours=1))
+    handle = await client.start_workflow(waits_in_saga, 3)
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.CANCELLED
+    assert LOG == ["book car", "undo car-ref failed", "undo car-ref"]
+    with pytest.raises(WorkflowTimeoutError) as raised:
+        await handle.output()
+    assert raised.value.error["details"]["compensations"] == [undo.name]
+
+
 CLOCK = TestClock()
 """The clock of the runner of the test below, which moves it."""
 
