@@ -3,6 +3,7 @@ cannot mean, naming it; a store without the role says so (issue 22)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -16,9 +17,12 @@ from durable_core import (
     InvalidDurationError,
     Queue,
     RateLimit,
+    WorkflowStatus,
+    current_store,
     workflow,
 )
 from durable_core.seams.flow_roles import debouncer_of
+from durable_core.testing import WorkflowRunner
 
 pytestmark = pytest.mark.anyio
 
@@ -88,3 +92,33 @@ def test_a_queue_with_a_key_limit_is_keyed_and_claims_at_most_its_per_key_cap() 
     assert (paced.keyed, paced.fleet_limited, paced.per_key) == (True, True, 2)
     both = Queue("q", key_concurrency=5, key_rate_limit=RateLimit(3))
     assert both.per_key == 3
+
+
+@workflow(name="flow_control.debouncer")
+async def debouncer(key: str) -> list[str]:
+    client = DurableClient(current_store())
+    window = DebounceKey(key, 60)
+    first = await client.start_workflow_debounced(window, noop, 1)
+    second = await client.start_workflow_debounced(window, noop, 2)
+    return [first.id, second.id]
+
+
+async def test_a_body_debounces_once_per_call_site_across_replays(tmp_path: Any) -> None:
+    from durable_sqlite import SQLiteStore
+
+    async with SQLiteStore(f"sqlite:///{tmp_path / 'flow.db'}") as store:
+        await store.apply_schema()
+        client = DurableClient(store)
+        runner = WorkflowRunner(store)
+        handle = await client.start_workflow(debouncer, "k")
+        assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+        first, second = await handle.output()
+        assert first == second
+        run = await client.get(first)
+        assert json.loads(run.input)["args"] == [2]
+        # A fork that keeps both starts (steps 0 and 1) replays them: no new run, no change.
+        fork = await client.fork(handle.id, from_step=2)
+        assert await runner.run_until_complete(fork) is WorkflowStatus.SUCCEEDED
+        assert await fork.output() == [first, first]
+        listed = await store.list_workflows(name=noop.name, limit=5)
+        assert [r.id for r in listed] == [first]

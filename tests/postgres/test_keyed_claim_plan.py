@@ -53,10 +53,10 @@ def insert(status: str, key: str, count: int, extra: str = "") -> str:
 async def test_the_keyed_claim_probes_each_key_and_never_walks_a_hot_backlog(
     db: asyncpg.Connection,
 ) -> None:
-    await db.execute(insert("pending", "'hot'", 50000))
+    await db.execute(insert("pending", "'hot'", 20000))
     # The hot key's history: what its rate window is counted against.
     finished = "now() - interval '1 hour', now() - interval '1 hour'"
-    await db.execute(insert("succeeded", "'hot'", 50000, finished))
+    await db.execute(insert("succeeded", "'hot'", 20000, finished))
     await db.execute(insert("pending", "'cold-' || g", 50))
     await db.execute("ANALYZE workflows")
     statements = PostgresStatements()
@@ -80,8 +80,8 @@ async def test_the_keyed_claim_probes_each_key_and_never_walks_a_hot_backlog(
             rows = node["Actual Rows"] * node["Actual Loops"]
             by_index[node["Index Name"]] = by_index.get(node["Index Name"], 0) + rows
     assert "ix_workflows_keyed" in by_index
-    # Each key is a probe and at most two rows: far from the hot key's 50,000 (or its
-    # 50,000 finished rows, which only the rate's count by queue and start time skips).
+    # Each key is a probe and at most two rows: far from the hot key's 20,000 (or its
+    # 20,000 finished rows, which only the rate's count by queue and start time skips).
     assert max(by_index.values()) <= 1000, by_index
     # Eight rows, the hot key at its limit of two, the others one key each.
     keys = [row["concurrency_key"] for row in claimed]
