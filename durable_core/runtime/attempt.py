@@ -218,12 +218,21 @@ class Attempt(Effects, Sagas):
                 deadline = datetime.fromisoformat(state["deadline"])
                 await self._retry_wait(call, input_json, tries, deadline)
                 tries += 1
+            group = self.group
             while True:
-                await self.persist(
-                    lambda: self.writes.start_step(
-                        self.lease, call.index, call.name, input_json, path=call.stored_path
+                # The short path: a start that need not wait is recorded at once.
+                if (
+                    self.ending is not None
+                    or group is None
+                    or not group.began_now(
+                        self.lease, call.index, call.name, input_json, call.stored_path
                     )
-                )
+                ):
+                    await self.persist(
+                        lambda: self.writes.start_step(
+                            self.lease, call.index, call.name, input_json, path=call.stored_path
+                        )
+                    )
                 observers().durable_step_started(
                     attempt=self.event,
                     step_index=call.index,
@@ -255,9 +264,14 @@ class Attempt(Effects, Sagas):
                 finally:
                     leave_step(token)
                 self.failed_step = None  # a step retried to success is not the one that failed
-                await self.persist(
-                    functools.partial(self.writes.complete_step, self.lease, call.index, output)
-                )
+                if (
+                    self.ending is not None
+                    or group is None
+                    or not group.completed_now(self.lease, call.index, output)
+                ):
+                    await self.persist(
+                        functools.partial(self.writes.complete_step, self.lease, call.index, output)
+                    )
                 self._recorded(call)
                 return result
         finally:

@@ -38,6 +38,8 @@ SETTINGS = (
     _Setting("group_commit", "WORKFLOW_GROUP_COMMIT", 1, 0),
     _Setting("step_row_after_ms", "WORKFLOW_STEP_ROW_AFTER_MS", 100, 0, unit=0.001),
     _Setting("drain_timeout_secs", "WORKFLOW_DRAIN_TIMEOUT_SECS", 30, 0, unit=1),
+    _Setting("flushes_in_flight", "WORKFLOW_FLUSHES_IN_FLIGHT", 1, 1),
+    _Setting("flush_min_batch", "WORKFLOW_FLUSH_MIN_BATCH", 16, 1),
 )
 
 
@@ -63,6 +65,12 @@ class WorkflowConfig:
     drain_timeout_secs: float = 30
     """Once told to stop (SIGTERM), how long a worker waits for its in-flight workflows
     before it abandons them to their lease expiry and exits."""
+    flushes_in_flight: int = 1
+    """With group commit, how many flushes may be in flight at once (pipelining: the next
+    batch goes out while one commits); 1 sends each once the one before has ended."""
+    flush_min_batch: int = 16
+    """With ``flushes_in_flight`` above 1, how many writes a batch gathers before it goes
+    out while another flush is in flight (a lone batch goes out at once)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowConfig:
@@ -88,7 +96,7 @@ class WorkflowConfig:
                     f"{setting.field} must be at most {setting.maximum:.0f} (100 years), "
                     f"got {value}"
                 )
-        for whole in ("concurrency", "max_attempts"):
+        for whole in ("concurrency", "max_attempts", "flushes_in_flight", "flush_min_batch"):
             if isinstance(getattr(self, whole), float):
                 problems.append(f"{whole} must be a whole number, got {getattr(self, whole)}")
         if problems:

@@ -6,7 +6,15 @@ is handed to one flusher, and the workflow goes on only once its write has commi
 the flusher sends everything handed to it since its last flush as one statement
 (:meth:`~durable_core.seams.store.BatchWriter.write_batch`), each row fenced by its own
 lease, while the next flush gathers. A lone write goes out at once: no timer delays
-it.
+it. With ``flushes_in_flight`` above 1 (pipelining), a flush may go out while another
+is in flight, once its batch holds ``flush_min_batch`` writes (or none is in flight),
+so that the worker's Python and the database work at once without flushes shrinking
+to a handful of writes; a workflow's writes still commit one after another, since
+each waits for its earlier ones before it is handed over.
+
+Every write waits on one plain future per batch (resolved once the flush ended), and
+a write that does not have to wait (a step's start, a step's end written behind)
+returns without yielding to the event loop.
 
 A step's ``running`` row is written only when the step runs longer than
 ``step_row_after`` seconds; a faster step writes one row, with its output, when it
@@ -21,6 +29,7 @@ step's end goes out with the settlement, in its statement.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -29,7 +38,7 @@ from typing import Protocol
 
 import anyio
 
-from ..errors import LeaseLostError
+from ..errors import LeaseLostError, StoreUnavailableError
 from ..seams.plugins import observers
 from ..seams.records import Lease, Settlement, StepStatus, StepWrite, Wait
 from ..seams.store import BatchWriter, Store
@@ -41,21 +50,49 @@ class GroupStore(Store, BatchWriter, Protocol):
     """A store that commits writes in groups (PostgreSQL's)."""
 
 
+class _Flushed(asyncio.Future[None]):
+    """A batch's flush ending, which every write in the batch awaits directly. A waiter
+    cancelled (its body stopped) cannot cancel it for the others: its cancellation is
+    delivered once the flush has ended."""
+
+    def cancel(self, msg: object = None) -> bool:
+        return False
+
+
 @dataclass(eq=False, slots=True)
 class _Batch:
     """The writes gathered for one flush, and what became of them."""
 
     steps: list[StepWrite] = field(default_factory=list)
     settlements: list[Settlement] = field(default_factory=list)
-    done: anyio.Event = field(default_factory=anyio.Event)
+    starts: list[tuple[int, _Start]] = field(default_factory=list)
+    """The ``running`` rows among ``steps`` (by position), and their steps' tries."""
+    ended: bool = False
+    """The flush carrying the batch has ended (then ``error`` or the landed lists say how)."""
+    done: _Flushed | None = None
+    """What waiters await: one plain future per batch, made by the first waiter."""
     landed_steps: list[bool] = field(default_factory=list)
     landed_settlements: list[bool] = field(default_factory=list)
     error: BaseException | None = None
 
+    async def flushed(self) -> None:
+        """Return once the flush carrying the batch has ended (at once if it has)."""
+        if not self.ended:
+            if self.done is None:
+                self.done = _Flushed()
+            await self.done
+
+    def end(self) -> None:
+        """The flush ended: wake every write waiting on the batch."""
+        self.ended = True
+        if self.done is not None:
+            self.done.set_result(None)
+
     async def landed(self, position: int, *, settlement: bool = False) -> bool:
         """Wait for the flush; whether the step write (or ``settlement``) at ``position``
         landed."""
-        await self.done.wait()
+        if not self.ended:
+            await self.flushed()
         if self.error is not None:
             raise self.error
         return (self.landed_settlements if settlement else self.landed_steps)[position]
@@ -84,23 +121,38 @@ class _Start:
     """When it began (``time.monotonic()``)."""
     path: str | None = None
     state: int = _UNWRITTEN
-    written: anyio.Event | None = None
-    """Set once a flush carrying its ``running`` row has ended."""
+    carrier: _Batch | None = None
+    """The batch carrying its ``running`` row, once one does (its state is decided when
+    that flush ends, before anyone waiting on it resumes)."""
 
 
 class GroupCommit:
     """What a worker's attempts write through: step rows and settlements go out in groups
     (their lease renewals and anything else go to the store directly)."""
 
-    def __init__(self, store: GroupStore, *, step_row_after: float = 0.1) -> None:
+    def __init__(
+        self,
+        store: GroupStore,
+        *,
+        step_row_after: float = 0.1,
+        flushes_in_flight: int = 1,
+        flush_min_batch: int = 1,
+    ) -> None:
         self.store = store
         self.step_row_after = step_row_after
+        self.flushes_in_flight = max(1, flushes_in_flight)
+        """How many flushes may be in flight at once (1: each waits for the one before)."""
+        self.flush_min_batch = max(1, flush_min_batch)
+        """With a flush in flight, the writes the next batch gathers before it goes out."""
         self.flushes = 0
         """How many flushes went out."""
         self.writes = 0
         """How many writes they carried."""
         self._batch = _Batch()
-        self._ready = anyio.Event()
+        self._wake: asyncio.Event | None = None
+        """Set when the flusher has something to look at (a write, a flush's end)."""
+        self._pending = False
+        self._in_flight = 0
         self._starts: dict[str, dict[int, _Start]] = {}
         """The step tries begun and not ended, by workflow and step index."""
         self._unwritten: dict[tuple[str, int], _Start] = {}
@@ -125,13 +177,11 @@ class GroupCommit:
         start = _Start(lease, step_index, step_name, input, time.monotonic(), path)
         self._starts.setdefault(lease.workflow_id, {})[step_index] = start
         if self.step_row_after <= 0:
-            start.state, start.written = _WRITING, anyio.Event()
-            try:
-                landed = await self._write_step(self._running_row(start))
-            finally:
-                start.written.set()
-            self._started(key, start, landed)
-            if not landed:
+            batch = self._carry([start])
+            await batch.flushed()
+            if batch.error is not None:
+                raise batch.error
+            if start.state != _WRITTEN:
                 raise _lost(lease, f"recording step {step_index} ({step_name})")
             return
         self._unwritten[key] = start
@@ -205,8 +255,8 @@ class GroupCommit:
         parent may wait on it settles alone (the parent's row is locked first, in its own
         transaction), once its steps have committed."""
         lease = settlement.lease
-        owed = self._owed.get(lease.workflow_id)
-        last = None
+        workflow = lease.workflow_id
+        owed = self._owed.get(workflow)
         if (
             settlement.parent_id is None
             and owed is not None
@@ -215,20 +265,19 @@ class GroupCommit:
         ):
             last = owed[0]
             last.folded = True
-            del self._owed[lease.workflow_id]
-        else:
+            del self._owed[workflow]
+            settlement = dataclasses.replace(settlement, step=last.write)
+        elif owed is not None:
             await self._pay(lease)
         if settlement.parent_id is not None:
             await self.store.settle(settlement)
             return
         # One flush never writes a workflow's row and its step rows both.
-        while lease.workflow_id in self._stepping:
-            await self._batch.done.wait()
+        while workflow in self._stepping:
+            await self._batch.flushed()
         batch = self._batch
-        if last is not None:
-            settlement = dataclasses.replace(settlement, step=last.write)
         batch.settlements.append(settlement)
-        self._ready.set()
+        self._ready()
         if not await batch.landed(len(batch.settlements) - 1, settlement=True):
             raise _lost(lease, f"settling as {settlement.status.value}")
 
@@ -243,14 +292,21 @@ class GroupCommit:
     # -- flushing ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Flush what gathers, one flush at a time, and write the ``running`` rows of long
-        steps, until cancelled."""
+        """Flush what gathers (up to ``flushes_in_flight`` flushes at once), and write the
+        ``running`` rows of long steps, until cancelled."""
+        wake = self._wake = asyncio.Event()
+        if self._pending:
+            wake.set()
         async with anyio.create_task_group() as group:
             if self.step_row_after > 0:
                 group.start_soon(self._write_long_steps)
             while True:
-                await self._ready.wait()
-                self._ready = anyio.Event()
+                await wake.wait()
+                wake.clear()
+                if self._in_flight >= self.flushes_in_flight:
+                    continue  # a flush's end wakes this again
+                if self._in_flight and self._gathered() < self.flush_min_batch:
+                    continue  # the next write or a flush's end looks again
                 batch, self._batch = self._batch, _Batch()
                 self._stepping.clear()
                 for owed in self._unsent:
@@ -258,18 +314,34 @@ class GroupCommit:
                         owed.batch, owed.position = batch, len(batch.steps)
                         batch.steps.append(owed.write)
                 self._unsent.clear()
-                if batch.steps or batch.settlements:
+                if not (batch.steps or batch.settlements):
+                    # All it was woken for went out with an earlier flush, or was folded.
+                    batch.end()
+                elif self.flushes_in_flight == 1:
                     await self._flush(batch)
-                else:  # all it was woken for went out with an earlier flush, or was folded
-                    batch.done.set()
+                else:
+                    self._in_flight += 1
+                    group.start_soon(self._flush, batch)
+
+    def _gathered(self) -> int:
+        """How many writes the next flush would carry."""
+        batch = self._batch
+        unsent = sum(1 for owed in self._unsent if owed.batch is None and not owed.folded)
+        return len(batch.steps) + len(batch.settlements) + unsent
+
+    def _ready(self) -> None:
+        """Something was handed over: wake the flusher."""
+        wake = self._wake
+        if wake is None:
+            self._pending = True
+        else:
+            wake.set()
 
     async def _flush(self, batch: _Batch) -> None:
         began = time.perf_counter()
         writes = len(batch.steps) + sum(2 if x.step else 1 for x in batch.settlements)
         try:
-            batch.landed_steps, batch.landed_settlements = await self.store.write_batch(
-                batch.steps, batch.settlements
-            )
+            landed = await self.store.write_batch(batch.steps, batch.settlements)
         except Exception as exc:  # each writer raises it (a StoreUnavailableError is retried)
             batch.error = exc
             for owed in self._unsent_after(batch):
@@ -279,52 +351,65 @@ class GroupCommit:
                 if settlement.step is not None:
                     workflow = settlement.lease.workflow_id
                     self._owed.setdefault(workflow, []).insert(0, _Owed(settlement.step))
+        except BaseException:  # cancelled (the worker stops): no write waits on it forever
+            batch.error = StoreUnavailableError("the group commit stopped before this write")
+            batch.end()
+            raise
         else:
+            batch.landed_steps, batch.landed_settlements = landed
             observers().durable_group_commit_flushed(
                 writes=writes,
                 steps=len(batch.steps),
                 settlements=len(batch.settlements),
                 seconds=time.perf_counter() - began,
             )
+        finally:
+            if self.flushes_in_flight > 1:
+                self._in_flight -= 1
+                self._ready()
+        self._started(batch)
         self.flushes += 1
         self.writes += writes
-        batch.done.set()
+        batch.end()
 
     async def _write_long_steps(self) -> None:
         """Write the ``running`` row of every step that has run ``step_row_after`` seconds."""
         while True:
             await anyio.sleep(self.step_row_after)
             now = time.monotonic()
-            due: list[tuple[tuple[str, int], _Start]] = []
-            for key, start in self._unwritten.items():
+            due: list[_Start] = []
+            for start in self._unwritten.values():
                 if now - start.began < self.step_row_after:
                     break  # the rest began later
-                due.append((key, start))
-            if not due:
-                continue
-            batch, positions = self._batch, []
-            for key, start in due:
-                del self._unwritten[key]
-                start.state, start.written = _WRITING, anyio.Event()
-                positions.append(self._add_step(self._running_row(start)))
-            self._ready.set()
-            try:
-                await batch.done.wait()
-            finally:
-                failed = batch.error is not None or not batch.done.is_set()
-                for position, (key, start) in zip(positions, due, strict=True):
-                    assert start.written is not None
-                    start.written.set()
-                    self._started(key, start, not failed and batch.landed_steps[position])
-                    if failed and start.state == _UNWRITTEN:
-                        self._unwritten[key] = start  # tried again at the next tick
+                due.append(start)
+            for start in due:
+                del self._unwritten[(start.lease.workflow_id, start.index)]
+            if due:
+                self._carry(due)
 
-    def _started(self, key: tuple[str, int], start: _Start, landed: bool) -> None:
-        """A flush carrying the ``running`` row of ``start`` ended; ``landed`` says how."""
-        if landed:
-            start.state = _WRITTEN
-        elif self._starts.get(key[0], {}).get(key[1]) is start:
-            start.state = _UNWRITTEN
+    def _carry(self, starts: list[_Start]) -> _Batch:
+        """Put the ``running`` rows of ``starts`` in the gathering batch; that batch."""
+        batch = self._batch
+        for start in starts:
+            start.state, start.carrier = _WRITING, batch
+            batch.starts.append((self._add_step(self._running_row(start)), start))
+        self._ready()
+        return batch
+
+    def _started(self, batch: _Batch) -> None:
+        """The flush carrying ``batch`` ended: the ``running`` rows it carried are written,
+        or (refused, or the flush failed) not; a long step's row is tried again at the
+        next tick."""
+        failed = batch.error is not None
+        for position, start in batch.starts:
+            if not failed and batch.landed_steps[position]:
+                start.state = _WRITTEN
+                continue
+            key = (start.lease.workflow_id, start.index)
+            if self._starts.get(key[0], {}).get(key[1]) is start:
+                start.state = _UNWRITTEN
+                if failed and self.step_row_after > 0:
+                    self._unwritten[key] = start
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -349,40 +434,78 @@ class GroupCommit:
         output: str | None = None,
         error: str | None = None,
     ) -> None:
-        key = (lease.workflow_id, index)
-        begun = self._starts.get(lease.workflow_id, {})
-        start = begun.get(index)
+        start = self._begun(lease, index)
+        if start.state == _WRITING:
+            assert start.carrier is not None
+            await start.carrier.flushed()
+        self._end(start, status, output, error)
+
+    def _begun(self, lease: Lease, index: int) -> _Start:
+        """The try of step ``index`` that began under ``lease``."""
+        begun = self._starts.get(lease.workflow_id)
+        start = None if begun is None else begun.get(index)
         if start is None:
             raise _lost(lease, f"ending step {index}, which did not begin under this lease")
-        if start.state == _WRITING:
-            assert start.written is not None
-            await start.written.wait()
-        begun.pop(index, None)
+        return start
+
+    def _end(
+        self, start: _Start, status: StepStatus, output: str | None, error: str | None
+    ) -> None:
+        """End the try ``start`` (its ``running`` row, if any, no longer being written):
+        its end is written behind."""
+        workflow, index = start.lease.workflow_id, start.index
+        begun = self._starts[workflow]
+        del begun[index]
         if not begun:
-            self._starts.pop(lease.workflow_id, None)
-        self._unwritten.pop(key, None)
-        new_try = start.state != _WRITTEN
+            del self._starts[workflow]
+        if start.state == _UNWRITTEN:
+            self._unwritten.pop((workflow, index), None)
         self._owe(
             StepWrite(
-                lease,
+                start.lease,
                 index,
                 start.name,
                 status,
                 start.input,
                 output,
                 error,
-                new_try,
+                start.state != _WRITTEN,
                 start.began,
                 start.path,
             )
         )
+
+    # -- the short path: a step's start and end that need not wait -----------------------------
+
+    def began_now(
+        self, lease: Lease, step_index: int, step_name: str, input: str, path: str | None
+    ) -> bool:
+        """:meth:`start_step` at once, without a coroutine, when it would not wait (the
+        workflow owes no write and running rows are written late); ``False`` (nothing
+        done) otherwise."""
+        if self.step_row_after <= 0 or lease.workflow_id in self._owed:
+            return False
+        start = _Start(lease, step_index, step_name, input, time.monotonic(), path)
+        self._starts.setdefault(lease.workflow_id, {})[step_index] = start
+        self._unwritten[(lease.workflow_id, step_index)] = start
+        return True
+
+    def completed_now(self, lease: Lease, step_index: int, output: str) -> bool:
+        """:meth:`complete_step` at once, without a coroutine, when it would not wait (the
+        step's ``running`` row is not being written); ``False`` (nothing done) otherwise."""
+        begun = self._starts.get(lease.workflow_id)
+        start = None if begun is None else begun.get(step_index)
+        if start is None or start.state == _WRITING:
+            return False  # (a step that did not begin is refused by complete_step)
+        self._end(start, StepStatus.SUCCEEDED, output, None)
+        return True
 
     def _owe(self, write: StepWrite) -> None:
         """Write ``write`` behind: the next flush carries it; :meth:`_pay` waits for it."""
         owed = _Owed(write)
         self._owed.setdefault(write.lease.workflow_id, []).append(owed)
         self._unsent.append(owed)
-        self._ready.set()
+        self._ready()
 
     async def _pay(self, lease: Lease) -> None:
         """Return once every step end the workflow of ``lease`` wrote behind has committed;
@@ -392,9 +515,9 @@ class GroupCommit:
         while owed := self._owed.get(workflow):
             first = owed[0]
             if first.batch is None:  # the next flush carries it
-                self._ready.set()
+                self._ready()
                 gathering = self._batch
-                await gathering.done.wait()
+                await gathering.flushed()
                 if gathering.error is not None:
                     raise gathering.error
                 continue
@@ -418,19 +541,24 @@ class GroupCommit:
         self._stepping.add(write.lease.workflow_id)
         return len(batch.steps) - 1
 
-    async def _write_step(self, write: StepWrite) -> bool:
-        batch = self._batch
-        position = self._add_step(write)
-        self._ready.set()
-        return await batch.landed(position)
-
 
 def _lost(lease: Lease, what: str) -> LeaseLostError:
     return LeaseLostError.refused(lease.worker_id, lease.workflow_id, what)
 
 
-def group_commit(store: Store, *, step_row_after: float) -> GroupCommit | None:
+def group_commit(
+    store: Store,
+    *,
+    step_row_after: float,
+    flushes_in_flight: int = 1,
+    flush_min_batch: int = 1,
+) -> GroupCommit | None:
     """A :class:`GroupCommit` over ``store`` when it can batch writes, else ``None``."""
     if isinstance(store, BatchWriter):
-        return GroupCommit(store, step_row_after=step_row_after)
+        return GroupCommit(
+            store,
+            step_row_after=step_row_after,
+            flushes_in_flight=flushes_in_flight,
+            flush_min_batch=flush_min_batch,
+        )
     return None

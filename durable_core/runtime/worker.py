@@ -68,7 +68,12 @@ class WorkflowWorker:
         self.store = store
         self.worker_id = worker_id or default_worker_id()
         self.group = (
-            group_commit(store, step_row_after=self.config.step_row_after_ms / 1000)
+            group_commit(
+                store,
+                step_row_after=self.config.step_row_after_ms / 1000,
+                flushes_in_flight=self.config.flushes_in_flight,
+                flush_min_batch=self.config.flush_min_batch,
+            )
             if self.config.group_commit
             else None
         )

@@ -287,6 +287,62 @@ async def test_concurrent_workflows_share_flushes(recording: RecordingStore) -> 
     )
 
 
+class OverlapStore(RecordingStore):
+    """Notes how many flushes are in flight at once, and holds each until another begins
+    (or a moment has passed), so that pipelining shows."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.in_flight = 0
+        self.most = 0
+        self.overlapping: list[int] = []
+        """The sizes of the batches that went out while another flush was in flight."""
+        self.began = anyio.Event()
+        self.first = anyio.Event()
+
+    async def write_batch(
+        self, steps: Sequence[StepWrite], settlements: Sequence[Settlement]
+    ) -> tuple[list[bool], list[bool]]:
+        if self.in_flight:
+            self.overlapping.append(len(steps) + len(settlements))
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        self.first.set()
+        self.began.set()
+        self.began = began = anyio.Event()
+        try:
+            with anyio.move_on_after(0.05):
+                await began.wait()
+            return await super().write_batch(steps, settlements)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_pipelined_flushes_overlap_up_to_their_limit_and_keep_a_minimum_batch(
+    postgres_url: str, pg: PostgresStore, sql: asyncpg.Connection
+) -> None:
+    store = OverlapStore(postgres_url)
+    await store.open()
+    try:
+        claimed = await leased(store, 40)
+        group = GroupCommit(store, step_row_after=60, flushes_in_flight=2, flush_min_batch=4)
+        async with flushing(group), anyio.create_task_group() as workflows:
+            for item in claimed[:20]:
+                workflows.start_soon(run_steps, group, item.lease, 3)
+            await store.first.wait()  # the others begin while a flush is in flight
+            for item in claimed[20:]:
+                workflows.start_soon(run_steps, group, item.lease, 3)
+    finally:
+        await store.close()
+    assert store.most == 2, "a flush went out while another was in flight, never a third"
+    assert store.overlapping and min(store.overlapping) >= 4, store.overlapping
+    assert group.writes == 160  # 120 step ends and 40 settlements
+    rows = await sql.fetch("SELECT status, count(*) FROM workflows GROUP BY 1")
+    assert [tuple(r) for r in rows] == [("succeeded", 40)]
+    assert await sql.fetchval("SELECT count(*) FROM workflow_steps") == 120
+    assert await sql.fetchval("SELECT count(*) FROM workflow_attempts") == 40
+
+
 async def test_a_long_step_gets_its_running_row_while_it_runs(
     recording: RecordingStore, sql: asyncpg.Connection
 ) -> None:
