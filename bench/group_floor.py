@@ -45,8 +45,13 @@ class GroupCommitter:
     """Gathers fenced writes and commits each gathering with one statement, one flush in
     flight at a time (the next gathers meanwhile)."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, *, flush: str = own_sql.FLUSH, attempts: bool = True
+    ) -> None:
         self._conn = conn
+        self._flush = flush
+        self._attempts = attempts
+        """Whether the flush records each settled attempt (its ``$10..$12``)."""
         self._batch = _Batch()
         self._ready = asyncio.Event()
         self.flushes = 0
@@ -97,8 +102,7 @@ class GroupCommitter:
             self._ready.clear()
             batch, self._batch = self._batch, _Batch()
             try:
-                row = await self._conn.fetchrow(
-                    own_sql.FLUSH,
+                args: list[object] = [
                     batch.step_ids,
                     batch.step_tokens,
                     batch.step_indexes,
@@ -108,10 +112,10 @@ class GroupCommitter:
                     batch.settle_ids,
                     batch.settle_tokens,
                     batch.settle_outputs,
-                    batch.settle_attempts,
-                    batch.settle_workers,
-                    batch.settle_started,
-                )
+                ]
+                if self._attempts:
+                    args += [batch.settle_attempts, batch.settle_workers, batch.settle_started]
+                row = await self._conn.fetchrow(self._flush, *args)
             except Exception as exc:
                 for _, future in batch.waiters:
                     future.set_exception(exc)
@@ -127,13 +131,23 @@ class GroupCommitter:
                     future.set_exception(own_sql.LeaseLost(workflow_id))
 
 
-async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) -> None:
-    """Claim and run rows until SIGTERM."""
+async def run_worker(
+    url: str,
+    *,
+    concurrency: int,
+    steps: int,
+    poll_ms: float,
+    flush: str = own_sql.FLUSH,
+    attempts: bool = True,
+    name: str = "group floor",
+) -> None:
+    """Claim and run rows until SIGTERM (``flush``: the statement, recording each attempt
+    when ``attempts``)."""
     dsn = own_sql.dsn_of(url)
     options = serving.connect_options(APPLICATION_NAME)
     claimer = await asyncpg.connect(dsn, **options)
     writer = await asyncpg.connect(dsn, **options)
-    committer = GroupCommitter(writer)
+    committer = GroupCommitter(writer, flush=flush, attempts=attempts)
     flusher = asyncio.create_task(committer.run())
 
     async def run_one(row: asyncpg.Record, worker_id: str) -> None:
@@ -164,7 +178,7 @@ async def run_worker(url: str, *, concurrency: int, steps: int, poll_ms: float) 
     finally:
         flusher.cancel()
         await asyncio.gather(flusher, return_exceptions=True)
-        print(f"group floor: {committer.writes} writes in {committer.flushes} flushes", flush=True)
+        print(f"{name}: {committer.writes} writes in {committer.flushes} flushes", flush=True)
         await writer.close()
         await claimer.close()
 

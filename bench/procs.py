@@ -149,7 +149,11 @@ class Fleet:
     ) -> Proc:
         """A ``python -m bench.naive_floor`` (``kind`` "naive") or ``bench.group_floor``
         ("group") process: the same rows written by a plain design, bare asyncpg."""
-        module = {"naive": "bench.naive_floor", "group": "bench.group_floor"}[kind]
+        module = {
+            "naive": "bench.naive_floor",
+            "group": "bench.group_floor",
+            "ceiling": "bench.ceiling_floor",
+        }[kind]
         command = [
             sys.executable,
             "-m",

@@ -8,6 +8,7 @@ from types import ModuleType
 from bench.common import ScenarioResult, Settings
 from bench.scenarios import (
     attributes,
+    ceiling,
     claim,
     claim_waiting,
     dashboard,
@@ -33,6 +34,7 @@ ALL: tuple[ModuleType, ...] = (
     e2e,
     e2e_waiting,
     processes,
+    ceiling,
     plans,
     latency,
     wake,
