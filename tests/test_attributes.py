@@ -174,6 +174,10 @@ async def test_durable_list_filters_by_attributes(
     )
     assert listed.returncode == 0, listed.stderr
     assert [r["id"] for r in json.loads(listed.stdout)] == [mine.id]
+    shown = durable("show", "--database-url", url, mine.id)
+    assert "attributes amount=50, customer=acme" in shown.stdout.splitlines()
+    as_json = json.loads(durable("show", "--json", "--database-url", url, mine.id).stdout)
+    assert as_json["attributes"] == {"amount": 50, "customer": "acme"}
     bad = durable("list", "--database-url", url, "--attr", "amount")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "durable: error: an attribute filter is NAME=VALUE, got 'amount'"

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ..caller.client import DurableClient
 from ..codec.failures import load_error
 from ..dashboard.present import show_arguments, show_value
 from ..errors import ConfigurationError
-from ..seams.attributes import parse_filter
+from ..seams.attributes import Attributes, parse_filter
 from ..seams.operators import unserved
 from ..seams.records import (
     AttemptRecord,
@@ -195,8 +196,10 @@ async def _show(args: argparse.Namespace) -> int:
         tries: dict[int, list[StepTryRecord]] = {}
         for one in await handle.step_tries():
             tries.setdefault(one.step_index, []).append(one)
+        attributes = await handle.attributes() if isinstance(store, Attributes) else {}
     if args.json:
         data = _record_json(record)
+        data["attributes"] = attributes
         data["attempts"] = [
             {
                 "attempt": a.attempt,
@@ -232,7 +235,7 @@ async def _show(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(data, indent=2))
         return 0
-    _show_text(record, attempts, steps, tries, traceback=args.traceback)
+    _show_text(record, attempts, steps, tries, traceback=args.traceback, attributes=attributes)
     return 0
 
 
@@ -243,6 +246,7 @@ def _show_text(
     tries: dict[int, list[StepTryRecord]],
     *,
     traceback: bool,
+    attributes: Mapping[str, object] | None = None,
 ) -> None:
     """``durable show``'s text: values decoded as the dashboard shows them, and nothing
     stored reaching the terminal with its control characters."""
@@ -260,6 +264,8 @@ def _show_text(
         line(f"waiting   for {record.wait_description}")
     if record.parent_id:
         line(f"parent    {record.parent_id}")
+    if attributes:
+        line("attributes " + ", ".join(f"{k}={v}" for k, v in attributes.items()))
     if record.output is not None:
         line(f"output    {show_value(record.output)}")
     error = load_error(record.error)
