@@ -301,9 +301,11 @@ class AttributeOperations(SQLStoreBase):
                 params[f"a{i}_value"] = wanted
         shape = tuple(_test(wanted) for _, wanted in ordered)
         query = self._atq.listed(frozenset(filters), shape)
-        if self._plan_for_values is None or not set(filters) - set(_ON_ATTRIBUTE):
-            # On the attributes' own index, one plan fits every value: it walks the value's
-            # entries newest first (a range's, then sorts them), however many there are.
+        one_value = len(shape) == 1 and shape[0][1] == "eq"
+        if self._plan_for_values is None or (one_value and not set(filters) - set(_ON_ATTRIBUTE)):
+            # One value on its own index: one plan fits every value (it walks the value's
+            # entries newest first, however many there are). With a range, several filters
+            # or a workflow row's, which to walk first depends on the values.
             rows = await self._fetch("list_by_attributes", query, params)
         else:
             async with self._transaction("list_by_attributes") as session:

@@ -75,9 +75,10 @@ async def explain(
     shape = tuple(_test(wanted) for _, wanted in ordered)
     query = AttributeStatements(PostgresDialect()).listed(frozenset(more), shape)
     compiled = compile_statement(query)
-    # As the store runs it: planned for its values when a workflow row's filter is given,
-    # else one generic plan for every value.
-    mode = "force_custom_plan" if more else "force_generic_plan"
+    # As the store runs it: one generic plan for every value of a single equality, else
+    # planned for its values.
+    one_value = len(filters) == 1 and not isinstance(next(iter(filters.values())), AttributeRange)
+    mode = "force_generic_plan" if one_value and not more else "force_custom_plan"
     async with db.transaction():
         await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
         raw = await db.fetchval(
@@ -126,3 +127,12 @@ async def test_a_range_alone_is_read_from_its_index(db: asyncpg.Connection) -> N
     assert "ix_workflow_attributes_number" in indexes(nodes)
     # The range's 30 rows, not the table's.
     assert max(node["Actual Rows"] for node in nodes) <= 30
+
+
+async def test_a_value_and_a_wide_range_walk_the_value_not_the_range(
+    db: asyncpg.Connection,
+) -> None:
+    # Planned for its values: half the amounts are in the range, 20 rows have the value.
+    nodes = await explain(db, {"customer": "c-7", "amount": AttributeRange(0, 500)})
+    assert "Seq Scan" not in [node["Node Type"] for node in nodes]
+    assert max(node["Actual Rows"] for node in nodes) <= 20
