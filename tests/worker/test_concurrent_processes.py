@@ -38,6 +38,7 @@ async def _kill_when(workers: Workers, sql: asyncpg.Connection, victim: object, 
     async def flushes_ended() -> bool:  # a statement the dead worker sent may still commit
         return not await sql.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+            " AND datname = current_database()"
             " AND query LIKE '%unnest%' AND pid <> pg_backend_pid()"
         )
 

@@ -32,7 +32,7 @@ async def _flush_waits_on_lock(sql: asyncpg.Connection) -> bool:
     return bool(
         await sql.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%unnest%'"
+            " AND datname = current_database() AND query LIKE '%unnest%'"
         )
     )
 
@@ -87,7 +87,8 @@ async def test_an_effect_waits_for_the_step_it_depends_on_across_a_sigkill(
         # The dead worker's flush never commits (as when the crash takes its connection down).
         await sql.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%'"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            " AND query LIKE '%unnest%'"
         )
     finally:
         await transaction.rollback()
