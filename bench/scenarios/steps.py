@@ -22,6 +22,7 @@ from durable_core import DurableClient, Executor, WorkflowConfig
 from durable_core.codec import encode, encode_arguments
 from durable_core.runtime.worker import WorkflowWorker
 from durable_core.seams.records import ClaimedWorkflow, Lease, Settlement, StepRecord, StepStatus
+from durable_core.seams.roles import ROLES, lacking
 from durable_postgres import PostgresStore
 
 NAME = "steps"
@@ -55,6 +56,19 @@ class NullStore:
 
     async def load_steps(self, workflow_id: str) -> list[StepRecord]:
         return []
+
+
+def _unused(name: str) -> Any:
+    async def unused(self: object, *args: object, **kwargs: object) -> Any:
+        raise NotImplementedError(f"the null store's {name}() is never called by this bench")
+
+    return unused
+
+
+# The worker asks for every role at boot; what this bench never calls fails if called.
+for _role in ROLES:
+    for _name in lacking(NullStore(), _role):
+        setattr(NullStore, _name, _unused(_name))
 
 
 class NullClaimStore(NullStore):
