@@ -5,8 +5,11 @@ gets a clear error."""
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from durable_core import (
@@ -22,6 +25,7 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.caller.sync import SyncClient
+from durable_core.cli import main
 from durable_core.seams.attributes import AttributeValue, filter_term, parse_filter
 from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
@@ -29,6 +33,16 @@ from tests.side_effects import effect
 from tests.test_cli import durable
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """The root logger as it was: a command run in-process sets its own handler and level."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @workflow_step
@@ -152,7 +166,7 @@ def test_a_filter_term_reads_as_its_type() -> None:
 
 
 async def test_durable_list_filters_by_attributes(
-    sqlite_store: SQLiteStore, tmp_path: Path
+    sqlite_store: SQLiteStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = DurableClient(sqlite_store)
     mine = await client.with_options(attributes={"customer": "acme", "amount": 50}).start_workflow(
@@ -161,26 +175,25 @@ async def test_durable_list_filters_by_attributes(
     await client.with_options(attributes={"customer": "acme", "amount": 500}).start_workflow(
         tagged_order, "o-6", "acme"
     )
-    url = f"sqlite:///{tmp_path / 'durable.db'}"
-    listed = durable(
-        "list",
-        "--database-url",
-        url,
-        "--attr",
-        "customer=acme",
-        "--attr",
-        "amount=10..100",
-        "--json",
-    )
+    db = ["--database-url", f"sqlite:///{tmp_path / 'durable.db'}"]
+    filters = ["--attr", "customer=acme", "--attr", "amount=10..100"]
+    listed = durable("list", *db, *filters, "--json")
     assert listed.returncode == 0, listed.stderr
     assert [r["id"] for r in json.loads(listed.stdout)] == [mine.id]
-    shown = durable("show", "--database-url", url, mine.id)
-    assert "attributes amount=50, customer=acme" in shown.stdout.splitlines()
-    as_json = json.loads(durable("show", "--json", "--database-url", url, mine.id).stdout)
-    assert as_json["attributes"] == {"amount": 50, "customer": "acme"}
-    bad = durable("list", "--database-url", url, "--attr", "amount")
-    assert bad.returncode == 2
-    assert bad.stderr.strip() == "durable: error: an attribute filter is NAME=VALUE, got 'amount'"
+
+    async def run(*argv: str) -> tuple[int, str, str]:
+        # In a thread: the command runs its own event loop, as from a shell.
+        code = await anyio.to_thread.run_sync(main, ["--log-level", "WARNING", *argv, *db])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = await run("show", mine.id)
+    assert code == 0 and "attributes amount=50, customer=acme" in out.splitlines()
+    code, out, _ = await run("show", "--json", mine.id)
+    assert json.loads(out)["attributes"] == {"amount": 50, "customer": "acme"}
+    code, out, err = await run("list", "--attr", "amount")
+    assert (code, out) == (2, "")
+    assert err == "durable: error: an attribute filter is NAME=VALUE, got 'amount'\n"
 
 
 async def test_the_dashboard_lists_by_attributes(sqlite_store: SQLiteStore) -> None:
