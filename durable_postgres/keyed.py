@@ -29,15 +29,25 @@ MAX_KEYS = 128
 
 
 def _next_key(queue: Any, name: Any, after: Any) -> sa.ScalarSelect[Any]:
-    """The first key after ``after`` with a pending row in the lane (one index probe)."""
+    """The first key after ``after`` with a pending row in the lane (one index probe).
+
+    Bounded and ordered by (name, key) rather than by an equality on the name, so only
+    ix_workflows_keyed serves it: fixed by equalities, the lane let the planner walk
+    ix_workflows_concurrency_key instead, through every keyed row of the other lanes.
+    A row found is the lane's: its name at most ``name``, and (name, key) past
+    (``name``, ``after``).
+    """
     return (
-        sa.select(sa.func.min(wf.c.concurrency_key))
+        sa.select(wf.c.concurrency_key)
         .where(
             wf.c.status == PENDING,
             wf.c.queue == queue,
-            wf.c.name == name,
-            wf.c.concurrency_key > after,
+            wf.c.concurrency_key.is_not(None),
+            sa.tuple_(wf.c.name, wf.c.concurrency_key) > sa.tuple_(name, after),
+            wf.c.name <= name,
         )
+        .order_by(wf.c.name, wf.c.concurrency_key)
+        .limit(1)
         .scalar_subquery()
     )
 

@@ -61,7 +61,8 @@ async def test_the_keyed_claim_probes_each_key_and_never_walks_a_hot_backlog(
     await db.execute("ANALYZE workflows")
     statements = PostgresStatements()
     queue = Queue("fair", key_concurrency=2, key_rate_limit=RateLimit(100, period=60))
-    routes = [Route(queue, ("fair.job",), 8)]
+    # A lane with no row (its probe finds no key at once) beside the one with them.
+    routes = [Route(queue, ("fair.empty", "fair.job"), 8)]
     transaction = db.transaction()
     await transaction.start()
     try:
