@@ -7,7 +7,8 @@ stands, what a replay returns), the lease (renewals, fencing, loss), the body's
 cancel scope, the writes (to the store, or through a group commit) in the order
 their durability needs, and how the attempt ended (:class:`Ending`, decided once).
 
-Each primitive is one method here; the public functions (:func:`durable_core.sleep`,
+Each primitive is one method of it (here, or in its parts: :mod:`.waits`,
+:mod:`.effects`, :mod:`.compensation`); the public functions (:func:`durable_core.sleep`,
 :func:`durable_core.recv`, ...) only check their arguments and call it.
 """
 
@@ -42,6 +43,7 @@ from .effects import Effects
 from .group_commit import GroupCommit
 from .journal import Call, Journal
 from .suspension import Suspension, stopped
+from .waits import Waits, _past_history
 
 
 class StepBody(Protocol):
@@ -91,19 +93,11 @@ SUSPEND_RETRY_AFTER = 5.0
 suspends once nothing else runs) instead of holding its worker slot."""
 
 
-def _instant(value: datetime | None) -> str:
-    return json.dumps(None if value is None else value.isoformat())
-
-
-def _parse_instant(text: str | None) -> datetime | None:
-    value = json.loads(text) if text else None
-    return None if value is None else datetime.fromisoformat(value)
-
-
-class Attempt(Effects, Sagas):
-    """One attempt of one claimed workflow, from its claim to its settlement; its effects
-    beyond steps and waits are :class:`~durable_core.runtime.effects.Effects`, its sagas'
-    calls :class:`~durable_core.runtime.compensation.Sagas`."""
+class Attempt(Waits, Effects, Sagas):
+    """One attempt of one claimed workflow, from its claim to its settlement; its waits are
+    :class:`~durable_core.runtime.waits.Waits`, its effects beyond steps and waits
+    :class:`~durable_core.runtime.effects.Effects`, its sagas' calls
+    :class:`~durable_core.runtime.compensation.Sagas`."""
 
     def __init__(
         self,
@@ -317,119 +311,6 @@ class Attempt(Effects, Sagas):
         finally:
             self._leave()
 
-    async def wait(
-        self,
-        name: str,
-        input_json: str,
-        *,
-        kind: WaitKind,
-        key: str,
-        until: timedelta | datetime | None,
-        over: Callable[[Call], Awaitable[str | None]],
-        timed_out: Callable[[datetime], str],
-    ) -> str:
-        """Wait at this call site until ``over(call)`` returns the output (having recorded
-        it) or the deadline passes (recording ``timed_out(deadline)``). In between the
-        branch blocks; once nothing else runs, the workflow suspends.
-
-        The deadline (``until``, or ``until`` from the attempt's clock) is fixed the first
-        time the call runs and kept in its waiting row, so a replay waits for the same
-        moment.
-        """
-        call = self._call(name)
-        if call.output is not None:
-            self._replayed(call)
-            return call.output
-        if self.replaying:
-            await _past_history()
-        recorded = call.recorded
-        if recorded is not None and recorded.status is StepStatus.WAITING:
-            deadline = _parse_instant(recorded.output)
-        else:
-            deadline = self.clock() + until if isinstance(until, timedelta) else until
-        await self._enter()
-        try:
-            while True:
-                result = await over(call)
-                if result is not None:
-                    return result
-                if deadline is not None and self.clock() >= deadline:
-                    output = timed_out(deadline)
-                    await self._record(call, input_json, output)
-                    return output
-                wait = Wait(
-                    kind,
-                    key,
-                    deadline,
-                    call.index,
-                    name,
-                    input_json,
-                    step_output=_instant(deadline),
-                    step_path=call.stored_path,
-                )
-                await self.calls.block(call.path, wait)
-        finally:
-            self._leave()
-
-    async def sleep(self, input_json: str, until: timedelta | datetime) -> None:
-        """A durable sleep: over at its deadline only."""
-        await self.wait(
-            "durable.sleep",
-            input_json,
-            kind=WaitKind.SLEEP,
-            key="",
-            until=until,
-            over=_never,
-            timed_out=lambda deadline: json.dumps(deadline.isoformat()),
-        )
-
-    async def recv(self, topic: str, until: timedelta | None) -> str:
-        """The next message on ``topic`` (its payload JSON), or ``"null"`` at the deadline."""
-        name, input_json = "durable.recv", json.dumps([topic])
-
-        async def over(call: Call) -> str | None:
-            payload = await self.persist(
-                lambda: self.writes.receive(
-                    self.lease, topic, call.index, name, input_json, path=call.stored_path
-                )
-            )
-            if payload is not None:
-                self._recorded(call)
-            return payload
-
-        return await self.wait(
-            name,
-            input_json,
-            kind=WaitKind.MESSAGE,
-            key=topic,
-            until=until,
-            over=over,
-            timed_out=lambda deadline: "null",
-        )
-
-    async def join(
-        self, child_id: str, until: timedelta | None, look: Callable[[], Awaitable[str | None]]
-    ) -> str:
-        """Wait for the child ``child_id`` to settle: ``look()`` reads its outcome JSON
-        (``None`` while it runs); ``"null"`` at the deadline."""
-        name, input_json = "durable.wait", json.dumps([child_id])
-
-        async def over(call: Call) -> str | None:
-            output = await look()
-            if output is not None:
-                await self._record(call, input_json, output)
-            return output
-
-        return await self.wait(
-            name,
-            input_json,
-            kind=WaitKind.CHILD,
-            key=child_id,
-            until=until,
-            over=over,
-            timed_out=lambda deadline: "null",
-        )
-
     # -- what the door does for each call -------------------------------------------------------
 
     def _replayed(self, call: Call) -> None:
@@ -594,13 +475,3 @@ class Attempt(Effects, Sagas):
         """Seconds until the workflow's timeout, if it has one."""
         deadline = self.claimed.deadline
         return None if deadline is None else (deadline - self.clock()).total_seconds()
-
-
-async def _past_history() -> None:
-    """A replay check reached a call its history has not ended: this branch stops here."""
-    await anyio.sleep_forever()
-
-
-async def _never(call: Call) -> None:
-    """A wait that only its deadline ends (a sleep)."""
-    return None
