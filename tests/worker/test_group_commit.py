@@ -3,6 +3,7 @@ worker SIGKILLed while a flush is in flight."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -15,7 +16,7 @@ import pytest
 
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus
 from durable_core.errors import FrameworkError, LeaseLostError
-from durable_core.runtime.group_commit import GroupCommit
+from durable_core.runtime.group_commit import GroupCommit, with_step
 from durable_core.runtime.worker import WorkflowWorker
 from durable_core.seams.records import (
     ClaimedWorkflow,
@@ -583,3 +584,12 @@ async def test_workflow_group_commit_0_writes_each_row_alone(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert "flushes" not in workers.log(proc), "no group commit ran"
+
+
+def test_with_step_is_replace_with_every_field_kept() -> None:
+    # Every field set to its own value, so a field added to Settlement and not kept fails.
+    values: dict[str, object] = {f.name: object() for f in dataclasses.fields(Settlement)}
+    settlement = Settlement(**values)  # type: ignore[arg-type]
+    step = StepWrite(Lease("w", "t", "k"), 2, "s", StepStatus.SUCCEEDED, "[]", "1", None)
+    assert with_step(settlement, step) == dataclasses.replace(settlement, step=step)
+    assert with_step(settlement, step).step is step
