@@ -33,7 +33,7 @@ from ..durations import utcnow
 from ..errors import FrameworkError, LeaseLostError, StoreUnavailableError
 from ..redaction import get_logger
 from ..seams.events import AttemptEvent
-from ..seams.plugins import observers
+from ..seams.plugins import observers, observing
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
 from .compensation import Sagas, compensating
@@ -123,14 +123,6 @@ class Attempt(Waits, Effects, Sagas):
             "max_attempts": claimed.max_attempts,
         }
         """What every log record of this attempt carries."""
-        self.event = AttemptEvent(
-            worker_id=claimed.lease.worker_id,
-            workflow_id=claimed.id,
-            workflow_name=claimed.name,
-            attempts=claimed.attempts,
-            max_attempts=claimed.max_attempts,
-        )
-        """What every observer event of this attempt receives as ``attempt``."""
         self.journal = Journal(claimed.name)
         self.failed_step: tuple[int, str] | None = None
         """The step the attempt failed in, recorded with its error."""
@@ -152,6 +144,19 @@ class Attempt(Waits, Effects, Sagas):
         self.replaying = False
         """A replay check (:mod:`durable_core.runtime.replay`): nothing runs and nothing is written;
         a branch stops at its first call the history does not end."""
+
+    @functools.cached_property
+    def event(self) -> AttemptEvent:
+        """What every observer event of this attempt receives as ``attempt`` (built when an
+        observer first needs it)."""
+        claimed = self.claimed
+        return AttemptEvent(
+            worker_id=claimed.lease.worker_id,
+            workflow_id=claimed.id,
+            workflow_name=claimed.name,
+            attempts=claimed.attempts,
+            max_attempts=claimed.max_attempts,
+        )
 
     # -- the history ----------------------------------------------------------------------------
 
@@ -227,12 +232,13 @@ class Attempt(Waits, Effects, Sagas):
                             self.lease, call.index, call.name, input_json, path=call.stored_path
                         )
                     )
-                observers().durable_step_started(
-                    attempt=self.event,
-                    step_index=call.index,
-                    step_name=call.name,
-                    step_attempt=tries,
-                )
+                if observing():
+                    observers().durable_step_started(
+                        attempt=self.event,
+                        step_index=call.index,
+                        step_name=call.name,
+                        step_attempt=tries,
+                    )
                 token = enter_step()
                 try:
                     result = await step.run_body(*args, **kwargs)
@@ -319,9 +325,10 @@ class Attempt(Waits, Effects, Sagas):
         )
 
     def _recorded(self, call: Call) -> None:
-        observers().durable_step_succeeded(
-            attempt=self.event, step_index=call.index, step_name=call.name, cached=False
-        )
+        if observing():
+            observers().durable_step_succeeded(
+                attempt=self.event, step_index=call.index, step_name=call.name, cached=False
+            )
 
     async def _record(self, call: Call, input_json: str, output: str) -> None:
         """Record a durable primitive's output as its call's (in one write)."""

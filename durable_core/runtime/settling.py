@@ -14,7 +14,7 @@ from ..codec.failures import dump_error, error_record
 from ..errors import FrameworkError, InvalidStateError, LeaseLostError, WorkflowTimeoutError
 from ..redaction import get_logger
 from ..seams.compensation_role import compensations_of
-from ..seams.plugins import observers
+from ..seams.plugins import observers, observing
 from ..seams.records import Settlement, WorkflowStatus
 from .attempt import Attempt, Ending
 
@@ -23,6 +23,8 @@ logger = get_logger("durable_core.worker")
 
 def claimed(attempt: Attempt) -> None:
     """The attempt began: the worker holds the lease and is about to run the body."""
+    if not observing():
+        return
     row, queue_wait = attempt.claimed, None
     if row.crashed is None and row.due_at is not None:
         taken = row.lease.started_at or attempt.clock()
@@ -57,7 +59,8 @@ async def succeed(attempt: Attempt, output: str) -> WorkflowStatus:
         logger.debug(
             "workflow %s succeeded", row.name, extra={**attempt.fields, "outcome": "succeeded"}
         )
-    observers().durable_workflow_succeeded(attempt=attempt.event, output=output)
+    if observing():
+        observers().durable_workflow_succeeded(attempt=attempt.event, output=output)
     return WorkflowStatus.SUCCEEDED
 
 

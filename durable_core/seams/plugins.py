@@ -235,6 +235,12 @@ def observers() -> ObserverSpec:
     return cast(ObserverSpec, manager.hook) if manager.observing else _SILENT
 
 
+def observing() -> bool:
+    """Whether any observer hook has an implementation: while none has, a hot path skips
+    building an event and calling the hook (which would do nothing)."""
+    return plugin_manager().observing
+
+
 def observed(hook: str) -> bool:
     """Whether any observer implements ``hook`` (to skip work only it would need)."""
     manager = plugin_manager()
