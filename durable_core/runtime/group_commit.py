@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
@@ -41,88 +40,11 @@ from ..errors import LeaseLostError, StoreUnavailableError
 from ..seams.plugins import observers
 from ..seams.records import Lease, Settlement, StepStatus, StepWrite, Wait
 from ..seams.store import BatchWriter, Store
-
-_UNWRITTEN, _WRITING, _WRITTEN = 0, 1, 2
+from .batches import UNWRITTEN, WRITING, WRITTEN, Batch, Owed, Start, with_step
 
 
 class GroupStore(Store, BatchWriter, Protocol):
     """A store that commits writes in groups (PostgreSQL's)."""
-
-
-class _Flushed(asyncio.Future[None]):
-    """A batch's flush ending, which every write in the batch awaits directly. A waiter
-    cancelled (its body stopped) cannot cancel it for the others: its cancellation is
-    delivered once the flush has ended."""
-
-    def cancel(self, msg: object = None) -> bool:
-        return False
-
-
-@dataclass(eq=False, slots=True)
-class _Batch:
-    """The writes gathered for one flush, and what became of them."""
-
-    steps: list[StepWrite] = field(default_factory=list)
-    settlements: list[Settlement] = field(default_factory=list)
-    starts: list[tuple[int, _Start]] = field(default_factory=list)
-    """The ``running`` rows among ``steps`` (by position), and their steps' tries."""
-    ended: bool = False
-    """The flush carrying the batch has ended (then ``error`` or the landed lists say how)."""
-    done: _Flushed | None = None
-    """What waiters await: one plain future per batch, made by the first waiter."""
-    landed_steps: list[bool] = field(default_factory=list)
-    landed_settlements: list[bool] = field(default_factory=list)
-    error: BaseException | None = None
-
-    async def flushed(self) -> None:
-        """Return once the flush carrying the batch has ended (at once if it has)."""
-        if not self.ended:
-            if self.done is None:
-                self.done = _Flushed()
-            await self.done
-
-    def end(self) -> None:
-        """The flush ended: wake every write waiting on the batch."""
-        self.ended = True
-        if self.done is not None:
-            self.done.set_result(None)
-
-    async def landed(self, position: int, *, settlement: bool = False) -> bool:
-        """Wait for the flush; whether the step write (or ``settlement``) at ``position``
-        landed."""
-        if not self.ended:
-            await self.flushed()
-        if self.error is not None:
-            raise self.error
-        return (self.landed_settlements if settlement else self.landed_steps)[position]
-
-
-@dataclass(eq=False, slots=True)
-class _Owed:
-    """A step's end written behind, and the flush that carries it (once one does)."""
-
-    write: StepWrite
-    batch: _Batch | None = None
-    position: int = -1
-    folded: bool = False
-    """It goes out with its workflow's settlement instead."""
-
-
-@dataclass(eq=False, slots=True)
-class _Start:
-    """A step try that began, and where its ``running`` row stands."""
-
-    lease: Lease
-    index: int
-    name: str
-    input: str
-    began: float
-    """When it began (``time.monotonic()``)."""
-    path: str | None = None
-    state: int = _UNWRITTEN
-    carrier: _Batch | None = None
-    """The batch carrying its ``running`` row, once one does (its state is decided when
-    that flush ends, before anyone waiting on it resumes)."""
 
 
 class GroupCommit:
@@ -147,20 +69,20 @@ class GroupCommit:
         """How many flushes went out."""
         self.writes = 0
         """How many writes they carried."""
-        self._batch = _Batch()
+        self._batch = Batch()
         self._wake: asyncio.Event | None = None
         """Set when the flusher has something to look at (a write, a flush's end)."""
         self._pending = False
         self._in_flight = 0
-        self._starts: dict[str, dict[int, _Start]] = {}
+        self._starts: dict[str, dict[int, Start]] = {}
         """The step tries begun and not ended, by workflow and step index."""
-        self._unwritten: dict[tuple[str, int], _Start] = {}
+        self._unwritten: dict[tuple[str, int], Start] = {}
         """The steps whose ``running`` row is not written, oldest first."""
         self._stepping: set[str] = set()
         """The workflows with step writes in the gathering batch."""
-        self._owed: dict[str, list[_Owed]] = {}
+        self._owed: dict[str, list[Owed]] = {}
         """The step ends each workflow has written behind and not seen commit."""
-        self._unsent: list[_Owed] = []
+        self._unsent: list[Owed] = []
         """Step ends for the next flush to carry."""
 
     # -- the writes of an attempt (the store's signatures) -------------------------------------
@@ -173,14 +95,14 @@ class GroupCommit:
         if lease.workflow_id in self._owed:
             await self._pay(lease)
         key = (lease.workflow_id, step_index)
-        start = _Start(lease, step_index, step_name, input, time.monotonic(), path)
+        start = Start(lease, step_index, step_name, input, time.monotonic(), path)
         self._starts.setdefault(lease.workflow_id, {})[step_index] = start
         if self.step_row_after <= 0:
             batch = self._carry([start])
             await batch.flushed()
             if batch.error is not None:
                 raise batch.error
-            if start.state != _WRITTEN:
+            if start.state != WRITTEN:
                 raise _lost(lease, f"recording step {step_index} ({step_name})")
             return
         self._unwritten[key] = start
@@ -306,7 +228,7 @@ class GroupCommit:
                     continue  # a flush's end wakes this again
                 if self._in_flight and self._gathered() < self.flush_min_batch:
                     continue  # the next write or a flush's end looks again
-                batch, self._batch = self._batch, _Batch()
+                batch, self._batch = self._batch, Batch()
                 self._stepping.clear()
                 for owed in self._unsent:
                     if owed.batch is None and not owed.folded:
@@ -336,7 +258,7 @@ class GroupCommit:
         else:
             wake.set()
 
-    async def _flush(self, batch: _Batch) -> None:
+    async def _flush(self, batch: Batch) -> None:
         began = time.perf_counter()
         writes = len(batch.steps) + sum(2 if x.step else 1 for x in batch.settlements)
         try:
@@ -349,7 +271,7 @@ class GroupCommit:
             for settlement in batch.settlements:  # owed again, for the settle's retry to carry
                 if settlement.step is not None:
                     workflow = settlement.lease.workflow_id
-                    self._owed.setdefault(workflow, []).insert(0, _Owed(settlement.step))
+                    self._owed.setdefault(workflow, []).insert(0, Owed(settlement.step))
         except BaseException:  # cancelled (the worker stops): no write waits on it forever
             batch.error = StoreUnavailableError("the group commit stopped before this write")
             batch.end()
@@ -376,7 +298,7 @@ class GroupCommit:
         while True:
             await anyio.sleep(self.step_row_after)
             now = time.monotonic()
-            due: list[_Start] = []
+            due: list[Start] = []
             for start in self._unwritten.values():
                 if now - start.began < self.step_row_after:
                     break  # the rest began later
@@ -386,34 +308,34 @@ class GroupCommit:
             if due:
                 self._carry(due)
 
-    def _carry(self, starts: list[_Start]) -> _Batch:
+    def _carry(self, starts: list[Start]) -> Batch:
         """Put the ``running`` rows of ``starts`` in the gathering batch; that batch."""
         batch = self._batch
         for start in starts:
-            start.state, start.carrier = _WRITING, batch
+            start.state, start.carrier = WRITING, batch
             batch.starts.append((self._add_step(self._running_row(start)), start))
         self._ready()
         return batch
 
-    def _started(self, batch: _Batch) -> None:
+    def _started(self, batch: Batch) -> None:
         """The flush carrying ``batch`` ended: the ``running`` rows it carried are written,
         or (refused, or the flush failed) not; a long step's row is tried again at the
         next tick."""
         failed = batch.error is not None
         for position, start in batch.starts:
             if not failed and batch.landed_steps[position]:
-                start.state = _WRITTEN
+                start.state = WRITTEN
                 continue
             key = (start.lease.workflow_id, start.index)
             if self._starts.get(key[0], {}).get(key[1]) is start:
-                start.state = _UNWRITTEN
+                start.state = UNWRITTEN
                 if failed and self.step_row_after > 0:
                     self._unwritten[key] = start
 
     # -- helpers -------------------------------------------------------------------------------
 
     @staticmethod
-    def _running_row(start: _Start) -> StepWrite:
+    def _running_row(start: Start) -> StepWrite:
         return StepWrite(
             start.lease,
             start.index,
@@ -434,12 +356,12 @@ class GroupCommit:
         error: str | None = None,
     ) -> None:
         start = self._begun(lease, index)
-        if start.state == _WRITING:
+        if start.state == WRITING:
             assert start.carrier is not None
             await start.carrier.flushed()
         self._end(start, status, output, error)
 
-    def _begun(self, lease: Lease, index: int) -> _Start:
+    def _begun(self, lease: Lease, index: int) -> Start:
         """The try of step ``index`` that began under ``lease``."""
         begun = self._starts.get(lease.workflow_id)
         start = None if begun is None else begun.get(index)
@@ -447,9 +369,7 @@ class GroupCommit:
             raise _lost(lease, f"ending step {index}, which did not begin under this lease")
         return start
 
-    def _end(
-        self, start: _Start, status: StepStatus, output: str | None, error: str | None
-    ) -> None:
+    def _end(self, start: Start, status: StepStatus, output: str | None, error: str | None) -> None:
         """End the try ``start`` (its ``running`` row, if any, no longer being written):
         its end is written behind."""
         workflow, index = start.lease.workflow_id, start.index
@@ -457,7 +377,7 @@ class GroupCommit:
         del begun[index]
         if not begun:
             del self._starts[workflow]
-        if start.state == _UNWRITTEN:
+        if start.state == UNWRITTEN:
             self._unwritten.pop((workflow, index), None)
         self._owe(
             StepWrite(
@@ -468,7 +388,7 @@ class GroupCommit:
                 start.input,
                 output,
                 error,
-                start.state != _WRITTEN,
+                start.state != WRITTEN,
                 start.began,
                 start.path,
             )
@@ -484,7 +404,7 @@ class GroupCommit:
         done) otherwise."""
         if self.step_row_after <= 0 or lease.workflow_id in self._owed:
             return False
-        start = _Start(lease, step_index, step_name, input, time.monotonic(), path)
+        start = Start(lease, step_index, step_name, input, time.monotonic(), path)
         self._starts.setdefault(lease.workflow_id, {})[step_index] = start
         self._unwritten[(lease.workflow_id, step_index)] = start
         return True
@@ -494,14 +414,14 @@ class GroupCommit:
         step's ``running`` row is not being written); ``False`` (nothing done) otherwise."""
         begun = self._starts.get(lease.workflow_id)
         start = None if begun is None else begun.get(step_index)
-        if start is None or start.state == _WRITING:
+        if start is None or start.state == WRITING:
             return False  # (a step that did not begin is refused by complete_step)
         self._end(start, StepStatus.SUCCEEDED, output, None)
         return True
 
     def _owe(self, write: StepWrite) -> None:
         """Write ``write`` behind: the next flush carries it; :meth:`_pay` waits for it."""
-        owed = _Owed(write)
+        owed = Owed(write)
         self._owed.setdefault(write.lease.workflow_id, []).append(owed)
         self._unsent.append(owed)
         self._ready()
@@ -529,7 +449,7 @@ class GroupCommit:
                 write = first.write
                 raise _lost(lease, f"{write.status.value} step {write.index} ({write.name})")
 
-    def _unsent_after(self, batch: _Batch) -> list[_Owed]:
+    def _unsent_after(self, batch: Batch) -> list[Owed]:
         """The step ends ``batch`` carried that their workflows still owe."""
         return [owed for owes in self._owed.values() for owed in owes if owed.batch is batch]
 
@@ -539,20 +459,6 @@ class GroupCommit:
         batch.steps.append(write)
         self._stepping.add(write.lease.workflow_id)
         return len(batch.steps) - 1
-
-
-def with_step(settlement: Settlement, step: StepWrite) -> Settlement:
-    """``dataclasses.replace(settlement, step=step)``, without its walk of the fields (a
-    third of the cost; once per workflow)."""
-    return Settlement(
-        settlement.lease,
-        settlement.status,
-        settlement.output,
-        settlement.error,
-        settlement.retry_delay_seconds,
-        settlement.parent_id,
-        step,
-    )
 
 
 def _lost(lease: Lease, what: str) -> LeaseLostError:

@@ -16,7 +16,8 @@ import pytest
 
 from durable_core import DurableClient, WorkflowConfig, WorkflowStatus
 from durable_core.errors import FrameworkError, LeaseLostError
-from durable_core.runtime.group_commit import GroupCommit, with_step
+from durable_core.runtime.batches import with_step
+from durable_core.runtime.group_commit import GroupCommit
 from durable_core.runtime.worker import WorkflowWorker
 from durable_core.seams.records import (
     ClaimedWorkflow,
