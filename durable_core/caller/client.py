@@ -397,6 +397,7 @@ class DurableClient(AdminMethods, ScheduleMethods, OnCallMethods):
     ) -> None:
         """Set workflow ``workflow_id``'s searchable attributes (see
         :meth:`WorkflowHandle.set_attributes`)."""
+        await self.handle(workflow_id).set_attributes(values, **more)
 
 
 async def start_workflow(
