@@ -30,7 +30,7 @@ docs-serve: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 test: lint docs
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 4 --dist worksteal
 
 bench: install
 	$(PY) -m bench
