@@ -402,3 +402,26 @@ def test_password_in_a_bad_url_is_not_echoed() -> None:
     with pytest.raises(InvalidDatabaseURLError) as caught:
         durable_core.store_from_url("nosuch://user:hunter2@host/db")
     assert "hunter2" not in str(caught.value)
+
+
+@workflow
+async def receives_on(topic: str) -> Any:
+    return await durable_core.recv(topic, timeout=60)
+
+
+async def test_a_reserved_or_too_long_topic_is_refused_and_nothing_sent(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """``durable.*`` topics are durable-core's own (a saga's cancel request is a message on
+    ``durable.cancel``): a caller can neither forge one nor take one."""
+    client = DurableClient(sqlite_store)
+    handle = await client.start_workflow(receives_on, "durable.cancel")
+    for topic, said in (("durable.cancel", "is reserved"), ("t" * 201, "at most 200")):
+        with pytest.raises(ConfigurationError, match=said):
+            await client.send(handle.id, "stop", topic=topic)
+    async with sqlite_store.engine.connect() as conn:
+        assert (await conn.exec_driver_sql("SELECT count(*) FROM workflow_messages")).scalar() == 0
+    assert await WorkflowRunner(sqlite_store, FAST).run_once(handle) is WorkflowStatus.FAILED
+    error = await handle.error()
+    assert error is not None and error["type"] == "durable_core.errors.ConfigurationError"
+    assert "topic 'durable.cancel' is reserved" in error["message"]

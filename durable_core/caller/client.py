@@ -40,9 +40,7 @@ from ..seams.attributes import (
 )
 from ..seams.flow_roles import debouncer_of
 from ..seams.plugins import message_sent, observers, workflow_headers
-from ..seams.records import (
-    NewWorkflow,
-)
+from ..seams.records import NewWorkflow, check_topic
 from ..seams.roles import CallerStore
 from .admin import AdminMethods
 from .handle import WorkflowHandle
@@ -353,6 +351,7 @@ class DurableClient(AdminMethods, ScheduleMethods, OnCallMethods):
 
         A repeated send with the same ``idempotency_key`` delivers nothing more.
         """
+        check_topic(topic)
         payload = encode(message, what=f"message to workflow {workflow_id}")
         ctx = body_context()
         if ctx is not None:

@@ -17,9 +17,9 @@ import anyio
 
 from .. import durations
 from ..codec import decode, encode
-from ..errors import ConfigurationError, FrameworkError
+from ..errors import FrameworkError
 from ..runtime.context import body_context
-from ..seams.records import MAX_TOPIC
+from ..seams.records import check_topic
 
 
 async def sleep(duration: float | timedelta) -> None:
@@ -52,8 +52,7 @@ async def recv(topic: str = "", timeout: float | timedelta | None = None) -> Any
     ctx = body_context("recv()")
     if ctx is None:
         raise FrameworkError("recv() works only in a workflow body, run by a worker or runner")
-    if len(topic) > MAX_TOPIC:
-        raise ConfigurationError(f"a topic is at most {MAX_TOPIC} characters, got {len(topic)}")
+    check_topic(topic)
     until = None if timeout is None else durations.delta(timeout, "recv timeout")
     output = await ctx.run.recv(topic, until)
     return decode(output, what=f"message on topic {topic!r} of workflow {ctx.workflow_id}")

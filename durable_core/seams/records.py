@@ -58,6 +58,24 @@ class WaitKind(enum.StrEnum):
 MAX_TOPIC = 200
 """The longest message topic (it is kept in ``waiting_for``, 255 characters wide)."""
 
+RESERVED_TOPICS = "durable."
+"""The prefix of the topics durable-core keeps for itself (a cancel request owing a saga's
+compensations is a message on ``durable.cancel``): no caller sends or receives on them."""
+
+
+def check_topic(topic: str) -> str:
+    """``topic``, if a caller may send or receive on it; else a
+    :class:`~durable_core.errors.ConfigurationError` naming why."""
+    if len(topic) > MAX_TOPIC:
+        raise ConfigurationError(f"a topic is at most {MAX_TOPIC} characters, got {len(topic)}")
+    if topic.startswith(RESERVED_TOPICS):
+        raise ConfigurationError(
+            f"topic {topic!r} is reserved: topics starting with {RESERVED_TOPICS!r} are "
+            "durable-core's own"
+        )
+    return topic
+
+
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 """The ``run_at`` of a workflow waiting with no deadline."""
 
