@@ -145,7 +145,8 @@ class Supervisor:
         logger.debug("supervisor %d: starting %d worker processes", os.getpid(), len(self.slots))
         try:
             for slot in self.slots:
-                self._spawn(slot)
+                if self.fatal is None:
+                    self._spawn(slot)
             while not self._done():
                 for key, _ in self._selector.select(self._timeout()):
                     if key.data is None:
@@ -187,6 +188,10 @@ class Supervisor:
             slot.proc = subprocess.Popen(
                 self.command, env=env, pass_fds=(theirs.fileno(),), process_group=0
             )
+        except OSError as exc:  # no program to run, no process left to fork: say it once
+            ours.close()
+            self._fail(f"cannot start worker process {slot.index}: {exc.strerror or exc}")
+            return
         finally:
             theirs.close()
         ours.setblocking(False)

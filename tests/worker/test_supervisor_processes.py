@@ -210,6 +210,23 @@ def test_five_failed_boots_in_a_row_stop_the_supervisor(tmp_path: Path) -> None:
     assert restarts[:3] == ["0.5", "0.5", "1"], "the delay doubles per process"
 
 
+def test_a_process_that_cannot_be_started_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """No program to run (or no process left to fork): the supervisor says so once, stops
+    the processes it started, and exits 2."""
+    supervise = SUPERVISE.replace("sys.executable, ", f"{str(tmp_path / 'no-such-python')!r}, ")
+    result = subprocess.run(
+        [sys.executable, "-c", supervise, "pass", "x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "durable: error: cannot start worker process 0: No such file or directory"
+    ]
+
+
 def test_processes_option_and_the_command_a_process_runs() -> None:
     assert process_count("auto") == cores() >= 1
     assert process_count("3") == 3
