@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,60 @@ async def _database_at(backend: str, name: str, tmp_path: Path) -> tuple[str, st
     return url, url.replace("mysql://", "mysql+aiomysql://", 1)
 
 
+async def database_with_rows(
+    backend: str,
+    name: str,
+    tmp_path: Path,
+    metadata: sa.MetaData,
+    version: int,
+    tables: Sequence[str],
+    made: Mapping[str, list[dict[str, Any]]],
+) -> tuple[str, str]:
+    """A database ``name`` on ``backend`` at schema ``version`` (whose tables ``metadata``
+    describes) holding the rows ``made`` of ``tables`` as :func:`rows_at` read them: its
+    URL and its SQLAlchemy async URL. Serial keys are left to the database, which counts
+    them as the scratch database did."""
+    url, async_url = await _database_at(backend, name, tmp_path)
+    engine = create_async_engine(async_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(migrations.upgrade, version)
+            for table in tables:
+                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[table]]
+                if rows:
+                    await conn.execute(metadata.tables[table].insert(), rows)
+    finally:
+        await engine.dispose()
+    return url, async_url
+
+
+async def foreign_keys(async_url: str, tables: Sequence[str]) -> dict[str, list[Any]]:
+    """The foreign keys of ``tables`` as the database reports them: per table, sorted
+    (name, constrained columns, referred table, referred columns)."""
+    engine = create_async_engine(async_url)
+    try:
+        async with engine.connect() as conn:
+
+            def read(sync: sa.Connection) -> dict[str, list[Any]]:
+                inspector = sa.inspect(sync)
+                return {
+                    table: sorted(
+                        (
+                            fk["name"] or "",
+                            tuple(fk["constrained_columns"]),
+                            fk["referred_table"],
+                            tuple(fk["referred_columns"]),
+                        )
+                        for fk in inspector.get_foreign_keys(table)
+                    )
+                    for table in tables
+                }
+
+            return await conn.run_sync(read)
+    finally:
+        await engine.dispose()
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 async def test_a_version_4_database_is_upgraded_in_place(
     backend: str,
@@ -349,18 +403,9 @@ async def test_a_version_4_database_is_upgraded_in_place(
     made = await v4_rows(f"sqlite+aiosqlite:///{tmp_path / 'scratch.db'}")
     assert [len(made[name]) for name in V4_TABLES] == [2, 5, 1, 1, 1, 1]
 
-    url, async_url = await _database_at(backend, "upgrade_v4", tmp_path)
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade, 4)
-            for name in V4_TABLES:
-                # Serial keys are left to the database, which counts them as the scratch did.
-                table = V4.tables[name]
-                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
-                await conn.execute(table.insert(), rows)
-    finally:
-        await engine.dispose()
+    url, async_url = await database_with_rows(
+        backend, "upgrade_v4", tmp_path, V4, 4, V4_TABLES, made
+    )
 
     done = migrate(url)
     assert done.returncode == 0, done.stderr
@@ -459,17 +504,9 @@ async def test_a_version_5_database_is_upgraded_in_place(
     made = await v5_rows(f"sqlite+aiosqlite:///{tmp_path / 'scratch5.db'}")
     assert [len(made[name]) for name in V5_TABLES] == [3, 8, 1, 1, 2, 1, 1]
 
-    url, async_url = await _database_at(backend, "upgrade_v5", tmp_path)
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade, 5)
-            for name in V5_TABLES:
-                table = V5.tables[name]
-                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
-                await conn.execute(table.insert(), rows)
-    finally:
-        await engine.dispose()
+    url, async_url = await database_with_rows(
+        backend, "upgrade_v5", tmp_path, V5, 5, V5_TABLES, made
+    )
 
     migrated = migrate(url)
     assert migrated.returncode == 0, migrated.stderr

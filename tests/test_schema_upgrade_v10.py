@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
 from durable_core import (
@@ -30,13 +28,13 @@ from durable_core import (
 )
 from durable_core.seams.operators import WorkerRecord
 from durable_core.seams.store import Updates, WorkerRegistry
-from durable_core.sql import migrations
 from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
 from tests.test_schema_upgrade import (
-    _database_at,
     add_one,
+    database_with_rows,
+    foreign_keys,
     migrate,
     retried_across_upgrade,
     rows_at,
@@ -88,27 +86,6 @@ async def previous_rows(url: str) -> dict[str, list[dict[str, Any]]]:
     return await rows_at(url, BEFORE, TABLES)
 
 
-async def foreign_keys(async_url: str) -> dict[str, list[Any]]:
-    """The foreign keys of the previous version's tables, as the database reports them."""
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.connect() as conn:
-
-            def read(sync: sa.Connection) -> dict[str, list[Any]]:
-                inspector = sa.inspect(sync)
-                return {
-                    name: sorted(
-                        (fk["name"], fk["referred_table"], tuple(fk["constrained_columns"]))
-                        for fk in inspector.get_foreign_keys(name)
-                    )
-                    for name in TABLES
-                }
-
-            return await conn.run_sync(read)
-    finally:
-        await engine.dispose()
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 async def test_a_version_9_database_is_upgraded_in_place(
     backend: str,
@@ -146,25 +123,17 @@ async def test_a_version_9_database_is_upgraded_in_place(
     made = await previous_rows(f"sqlite+aiosqlite:///{scratch}")
     assert [name for name in TABLES if not made[name]] == []
 
-    url, async_url = await _database_at(backend, "upgrade_v10", tmp_path)
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade, PREVIOUS)
-            for name in TABLES:
-                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
-                if rows:
-                    await conn.execute(BEFORE.tables[name].insert(), rows)
-    finally:
-        await engine.dispose()
+    url, async_url = await database_with_rows(
+        backend, "upgrade_v10", tmp_path, BEFORE, PREVIOUS, TABLES, made
+    )
 
     try:
-        keys = await foreign_keys(async_url)
+        keys = await foreign_keys(async_url, TABLES)
         migrated = migrate(url)
         assert migrated.returncode == 0, migrated.stderr
         assert f"schema at version {SCHEMA_VERSION}" in migrated.stdout
         assert await previous_rows(async_url) == made, "every row kept as it was"
-        assert await foreign_keys(async_url) == keys, "every foreign key kept"
+        assert await foreign_keys(async_url, TABLES) == keys, "every foreign key kept"
         assert migrate(url).returncode == 0  # idempotent
         assert await previous_rows(async_url) == made
 

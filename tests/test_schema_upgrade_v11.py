@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
 from durable_core import (
@@ -31,11 +29,17 @@ from durable_core import (
 from durable_core.definitions.schedules import Overlap
 from durable_core.seams.operators import WorkerRecord
 from durable_core.seams.store import WorkerRegistry
-from durable_core.sql import migrations
 from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
-from tests.test_schema_upgrade import _database_at, add_one, migrate, rows_at, upgraded_flow
+from tests.test_schema_upgrade import (
+    add_one,
+    database_with_rows,
+    foreign_keys,
+    migrate,
+    rows_at,
+    upgraded_flow,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -78,11 +82,6 @@ async def previous_rows(url: str) -> dict[str, list[dict[str, Any]]]:
     return await rows_at(url, BEFORE, TABLES)
 
 
-def _foreign_keys(conn: sa.Connection) -> list[tuple[list[str], str, list[str]]]:
-    keys = sa.inspect(conn).get_foreign_keys("workflow_attributes")
-    return [(k["constrained_columns"], k["referred_table"], k["referred_columns"]) for k in keys]
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
 async def test_a_version_10_database_is_upgraded_in_place(
     backend: str,
@@ -118,17 +117,9 @@ async def test_a_version_10_database_is_upgraded_in_place(
     made = await previous_rows(f"sqlite+aiosqlite:///{scratch}")
     assert [len(made[name]) for name in TABLES] == [4, 8, 1, 0, 2, 1, 0, 1, 1, 1, 1]
 
-    url, async_url = await _database_at(backend, "upgrade_v11", tmp_path)
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade, PREVIOUS)
-            for name in TABLES:
-                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
-                if rows:
-                    await conn.execute(BEFORE.tables[name].insert(), rows)
-    finally:
-        await engine.dispose()
+    url, async_url = await database_with_rows(
+        backend, "upgrade_v11", tmp_path, BEFORE, PREVIOUS, TABLES, made
+    )
 
     try:
         migrated = migrate(url)
@@ -137,13 +128,10 @@ async def test_a_version_10_database_is_upgraded_in_place(
         assert await previous_rows(async_url) == made, "every row kept as it was"
         assert migrate(url).returncode == 0  # idempotent
         assert await previous_rows(async_url) == made
-        engine = create_async_engine(async_url)
-        try:
-            async with engine.connect() as conn:
-                keys = await conn.run_sync(_foreign_keys)
-        finally:
-            await engine.dispose()
-        assert keys == [(["workflow_id"], "workflows", ["id"])]
+        [(_, columns, referred, to)] = (await foreign_keys(async_url, ["workflow_attributes"]))[
+            "workflow_attributes"
+        ]
+        assert (columns, referred, to) == (("workflow_id",), "workflows", ("id",))
 
         store = await open_store(url)
         try:

@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
 from durable_core import DurableClient, WorkflowStatus, open_store, workflow
 from durable_core.seams.operators import WorkerRecord
 from durable_core.seams.store import Streams, Updates, WorkerRegistry
-from durable_core.sql import migrations
 from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
-from tests.test_schema_upgrade import _database_at, add_one, migrate, rows_at, upgraded_flow
+from tests.test_schema_upgrade import add_one, database_with_rows, migrate, rows_at, upgraded_flow
 
 pytestmark = pytest.mark.anyio
 
@@ -92,17 +90,9 @@ async def test_a_version_7_database_is_upgraded_in_place(
     made = await v7_rows(f"sqlite+aiosqlite:///{scratch}")
     assert [len(made[name]) for name in V7_TABLES] == [2, 6, 1, 1, 1, 0, 0, 1]
 
-    url, async_url = await _database_at(backend, "upgrade_v8", tmp_path)
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade, 7)
-            for name in V7_TABLES:
-                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
-                if rows:
-                    await conn.execute(V7.tables[name].insert(), rows)
-    finally:
-        await engine.dispose()
+    url, async_url = await database_with_rows(
+        backend, "upgrade_v8", tmp_path, V7, 7, V7_TABLES, made
+    )
 
     try:
         migrated = migrate(url)

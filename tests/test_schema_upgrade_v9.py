@@ -15,17 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import durable_core
 from durable_core import DurableClient, Schedule, WorkflowStatus, open_store, workflow
 from durable_core.definitions.schedules import Overlap
 from durable_core.seams.store import Updates
-from durable_core.sql import migrations
 from durable_core.sql.schema import SCHEMA_VERSION, build_metadata
 from durable_core.testing import WorkflowRunner
 from tests.conftest import drop_postgres_database
-from tests.test_schema_upgrade import _database_at, add_one, migrate, rows_at, upgraded_flow
+from tests.test_schema_upgrade import add_one, database_with_rows, migrate, rows_at, upgraded_flow
 
 pytestmark = pytest.mark.anyio
 
@@ -85,17 +83,9 @@ async def test_a_version_8_database_is_upgraded_in_place(
     counts = [len(made[name]) for name in V8_TABLES]
     assert counts == [2, 6, 0, 0, 1, 1, 0, 0, 1, 1], counts
 
-    url, async_url = await _database_at(backend, "upgrade_v9", tmp_path)
-    engine = create_async_engine(async_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(migrations.upgrade, PREVIOUS)
-            for name in V8_TABLES:
-                rows = [{k: v for k, v in row.items() if k != "seq"} for row in made[name]]
-                if rows:
-                    await conn.execute(V8.tables[name].insert(), rows)
-    finally:
-        await engine.dispose()
+    url, async_url = await database_with_rows(
+        backend, "upgrade_v9", tmp_path, V8, PREVIOUS, V8_TABLES, made
+    )
 
     try:
         migrated = migrate(url)
