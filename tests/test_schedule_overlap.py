@@ -9,7 +9,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from durable_core import ConfigurationError, DurableClient, Overlap, Schedule, workflow
+import durable_core
+from durable_core import (
+    ConfigurationError,
+    DurableClient,
+    Overlap,
+    Schedule,
+    WorkflowStatus,
+    current_store,
+    workflow,
+)
 from durable_core.caller.schedule_admin import BACKFILL_BATCH
 from durable_core.definitions.registry import Registry
 from durable_core.definitions.schedules import MAX_BACKFILL, tick_workflow_id
@@ -17,6 +26,7 @@ from durable_core.runtime.config import WorkflowConfig
 from durable_core.runtime.scheduler import Scheduler
 from durable_core.seams.operators import WorkflowFilter
 from durable_core.seams.store import Store
+from durable_core.testing import WorkflowRunner
 from durable_sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -178,3 +188,31 @@ async def test_a_backfill_of_the_most_ticks_is_written_in_batches_once(
     assert ids[-1] == tick_workflow_id("minutely", end - timedelta(minutes=1))
     assert await client.backfill_schedule("minutely", start, end) == []
     assert await client.count_workflows(WorkflowFilter(name=job.name)) == MAX_BACKFILL
+
+
+@workflow(name="overlap.triggers")
+async def triggers(name: str) -> list[str]:
+    client = DurableClient(current_store())
+    triggered = await client.trigger_schedule(name)
+    await durable_core.sleep(timedelta(hours=1))  # a suspension: the body is replayed after
+    backfilled = await client.backfill_schedule(name, T0 - 3 * SECOND, T0)
+    await durable_core.sleep(timedelta(hours=1))
+    assert triggered is not None
+    return [triggered.id, *backfilled]
+
+
+async def test_a_body_triggers_and_backfills_once_per_call_site(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Through the attempt: a replayed body neither triggers again (a new tick, a new
+    run) nor backfills again."""
+    client = DurableClient(sqlite_store)
+    await every_second(client, "in-body", Overlap.ALLOW_ALL)
+    handle = await client.start_workflow(triggers, "in-body")
+    runner = WorkflowRunner(sqlite_store)
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    ran = await handle.output()
+    assert len(ran) == 4 and ran[1:] == [
+        tick_workflow_id("in-body", T0 - n * SECOND) for n in (3, 2, 1)
+    ]
+    assert await started(client) == sorted(ran), "one trigger and three ticks, once each"

@@ -129,7 +129,17 @@ class ScheduleMethods:
         not finished, ``SKIP`` starts nothing and ``BUFFER_ONE`` keeps this tick to start
         when that run ends (both return ``None``). It takes its definition's options
         when this process registered the workflow; else the queue a live worker serves
-        it from (the first by name), the schedule's own queue winning either way."""
+        it from (the first by name), the schedule's own queue winning either way. From a
+        workflow body, once per call site."""
+
+        async def trigger() -> str:
+            row = await self._trigger(name)
+            return json.dumps(None if row is None else [row.id, row.name])
+
+        started = json.loads(await body_effect("durable.schedule.trigger", [name], trigger))
+        return None if started is None else WorkflowHandle(self.store, started[0], started[1])
+
+    async def _trigger(self, name: str) -> NewWorkflow | None:
         queue = DEFAULT_QUEUE
         found = await self.get_schedule(name)
         if isinstance(self.store, WorkerRegistry):
@@ -146,14 +156,11 @@ class ScheduleMethods:
         )
         if not isinstance(self.store, ScheduleOverlaps):
             await self._write([row])
-            logger.info("schedule %s: triggered workflow %s (%s)", name, row.id, row.name)
-            return WorkflowHandle(self.store, row.id, row.name)
-        started = await self._start_ticks(name, [tick], found.overlap, lambda _: row)
-        if not started:
+        elif not await self._start_ticks(name, [tick], found.overlap, lambda _: row):
             logger.info("schedule %s: trigger %s (overlap %s)", name, tick, found.overlap.value)
             return None
         logger.info("schedule %s: triggered workflow %s (%s)", name, row.id, row.name)
-        return WorkflowHandle(self.store, row.id, row.name)
+        return row
 
     async def backfill_schedule(
         self,
@@ -170,8 +177,19 @@ class ScheduleMethods:
         twice. ``overlap`` applies as to ticks due together: ``ALLOW_ALL`` (the default)
         starts one per tick; ``SKIP`` the first only (none while the schedule's latest run
         has not finished); ``BUFFER_ONE`` the first and keeps the second. At most
-        :data:`~durable_core.definitions.schedules.MAX_BACKFILL` ticks."""
+        :data:`~durable_core.definitions.schedules.MAX_BACKFILL` ticks. From a workflow
+        body, once per call site."""
         policy = check_overlap(overlap)
+
+        async def backfill() -> str:
+            return json.dumps(await self._backfill(name, start, end, policy))
+
+        window = [name, start.isoformat(), end.isoformat(), policy.value]
+        return list(json.loads(await body_effect("durable.schedule.backfill", window, backfill)))
+
+    async def _backfill(
+        self, name: str, start: datetime, end: datetime, policy: Overlap
+    ) -> list[str]:
         found = await self.get_schedule(name)
         ticks = backfill_ticks(found.timing, start, end, now=utcnow())
         limit = default_max_attempts()
