@@ -32,6 +32,7 @@ from ..seams.roles import ROLES, require_roles
 from ..seams.store import CancelFeed, Claimer, Store, WorkerRegistry
 from .config import WorkflowConfig
 from .executor import Executor
+from .flight import InFlight
 from .group_commit import group_commit
 from .scheduler import Scheduler, save_declared
 
@@ -218,7 +219,8 @@ class WorkflowWorker:
             if self.group is not None:
                 outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
-            async with anyio.create_task_group() as running:
+            running = InFlight(self._task_failed)
+            try:
                 await self._claim_loop(claimer, running)
                 logger.info(
                     "worker %s stopping: waiting for %d in-flight workflows (at most %ss)",
@@ -230,6 +232,12 @@ class WorkflowWorker:
                 observers().durable_worker_stopping(
                     worker_id=self.worker_id, in_flight=self._in_flight
                 )
+            except BaseException:
+                running.cancel()  # as a task group's exit does when its host raised
+                with anyio.CancelScope(shield=True):
+                    await running.wait()
+                raise
+            await running.wait()
             outer.cancel_scope.cancel()
         await self._leave()
 
@@ -337,7 +345,12 @@ class WorkflowWorker:
                     self.abandon(f"received {signal.Signals(signum).name} again")
                     return
 
-    async def _claim_loop(self, claimer: Claimer, running: TaskGroup) -> None:
+    def _task_failed(self, error: BaseException) -> None:
+        """A workflow's task let ``error`` escape (a bug, not a workflow's failure): stop
+        claiming; ``run()`` raises it once the others have ended."""
+        self.stop()
+
+    async def _claim_loop(self, claimer: Claimer, running: InFlight) -> None:
         backoff = 0.1
         served, names = self.served(), self.registry.names()
         # A fleet limit may be what left slots free: a settle here may make room.
@@ -385,7 +398,7 @@ class WorkflowWorker:
                 self._in_flight += 1
                 self._running[item.queue] += 1
                 self._claimed_total += 1
-                running.start_soon(self._run_one, item)
+                running.start(self._run_one, item)
             if len(claimed) < free and not self._stopping:
                 await self._wait_for_work(claimer, settled=limited)
 

@@ -1,0 +1,83 @@
+"""``InFlight``: the tasks a worker runs its claimed workflows in.
+
+Each claimed workflow runs in a plain asyncio task, inside an anyio cancel scope of its
+own: an anyio task group's task costs about four times as much to start and run (a
+handle, a wrapper coroutine and a scope of its own per task), once per workflow on the
+hot path. The scopes keep anyio's cancellation: abandoning the workflows cancels their
+scopes, so shielded clean-up still runs and the executor tells the worker's own
+cancellation from a body's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+
+class InFlight:
+    """The worker's in-flight attempts: started one task each, awaited all together (as an
+    anyio task group's exit does: on a cancellation, each is cancelled and awaited)."""
+
+    def __init__(self, on_failure: Callable[[BaseException], None]) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._scopes: set[anyio.CancelScope] = set()
+        self._idle: asyncio.Event | None = None
+        self._on_failure = on_failure
+        """Told of an error a task let escape (not an :class:`Exception`: those are the
+        task's own to handle); :meth:`wait` raises the first."""
+        self._failure: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def start(self, run: Callable[[T], Awaitable[None]], item: T) -> None:
+        """Run ``run(item)`` in a task of its own."""
+        task = asyncio.get_running_loop().create_task(self._scoped(run, item))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    async def _scoped(self, run: Callable[[T], Awaitable[None]], item: T) -> None:
+        with anyio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                await run(item)
+            finally:
+                self._scopes.discard(scope)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None and self._failure is None:
+                self._failure = error
+                self._on_failure(error)
+        if not self._tasks and self._idle is not None:
+            self._idle.set()
+
+    def cancel(self) -> None:
+        """Cancel every task (anyio's cancellation, through its scope)."""
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    async def wait(self) -> None:
+        """Return once every task has ended; cancelled meanwhile, cancel them all and wait
+        for them first. Raises the first error a task let escape."""
+        try:
+            await self._all_ended()
+        except BaseException:
+            self.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._all_ended()
+            raise
+        if self._failure is not None:
+            raise self._failure
+
+    async def _all_ended(self) -> None:
+        while self._tasks:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
