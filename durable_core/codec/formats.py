@@ -16,7 +16,16 @@ from typing import Any
 from ..errors import FrameworkError, RegistrationError, SerializationError, UnknownCodecError
 from .decode import decode_text
 from .encode import tree
-from .text import DecodeProblem, Mismatch, Refusal, native_or_false, short, to_text, type_name
+from .text import (
+    DecodeProblem,
+    Mismatch,
+    Refusal,
+    call_text,
+    native_or_false,
+    short,
+    to_text,
+    type_name,
+)
 from .verify import same
 
 __all__ = [
@@ -97,6 +106,9 @@ class JsonCodec(Codec):
 
     def encode_call(self, args: list[object], kwargs: dict[str, object], *, what: str) -> str:
         """``{"args": [...], "kwargs": {...}}`` as text, each part checked under its name."""
+        text = call_text(args, kwargs)
+        if text is not None:
+            return text
         if native_or_false(args) and native_or_false(kwargs):
             return to_text({"args": args, "kwargs": kwargs})
         return _encode_checked(what, [("args", args), ("kwargs", kwargs)], wrap=True)

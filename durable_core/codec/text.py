@@ -12,6 +12,7 @@ from typing import Any
 __all__ = [
     "INT_LIMIT",
     "TAG_KEY",
+    "call_text",
     "DecodeProblem",
     "Mismatch",
     "Problem",
@@ -42,8 +43,34 @@ _json_text_ascii: Callable[[Any], str] = json.JSONEncoder(
 ).encode
 
 
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    int: int.__repr__,  # what json itself writes an int as (bool, a subclass, is not here)
+    str: json_text,  # the encoder's own fast path for a str, without building an encoder
+    type(None): lambda _: "null",
+    bool: lambda v: "true" if v else "false",
+}
+
+
+def call_text(args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """``{"args": [...], "kwargs": {}}`` written without building a JSON encoder, when the
+    arguments are plain scalars (ints, text, booleans, ``None``) and there are no keyword
+    arguments; else ``None``. Checked as :func:`is_native` would check it."""
+    if kwargs:
+        return None
+    parts = []
+    for arg in args:
+        dump = _SCALARS.get(type(arg))
+        if dump is None or (type(arg) is int and not -INT_LIMIT < arg < INT_LIMIT):
+            return None
+        parts.append(dump(arg))
+    text = '{"args":[' + ",".join(parts) + '],"kwargs":{}}'
+    return text if text.isascii() else None
+
+
 def to_text(tree: Any) -> str:
     """Dump a JSON-native tree; escape everything if it holds text UTF-8 cannot carry."""
+    if type(tree) is int:
+        return int.__repr__(tree)
     text = json_text(tree)
     if not text.isascii():
         try:

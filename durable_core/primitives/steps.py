@@ -38,6 +38,11 @@ class Step(Generic[P, R]):
         self.retry = retry
         self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.direct: Callable[..., Awaitable[Any]] | None = (
+            cast("Callable[..., Awaitable[Any]]", fn) if self.is_async and timeout is None else None
+        )
+        """The function itself when awaiting it is all :meth:`run_body` does (an ``async
+        def`` with no timeout): the attempt awaits it without two coroutines around it."""
         functools.update_wrapper(self, fn)
 
     async def run_body(self, *args: P.args, **kwargs: P.kwargs) -> R:

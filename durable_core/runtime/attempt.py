@@ -55,6 +55,11 @@ class StepBody(Protocol):
     @property
     def retry(self) -> RetryPolicy | None: ...
 
+    @property
+    def direct(self) -> Callable[..., Awaitable[Any]] | None:
+        """What to await in place of :meth:`run_body` when that is all it does, else ``None``."""
+        ...
+
     async def run_body(self, *args: Any, **kwargs: Any) -> Any:
         """Run the step's function once, bounded by its timeout."""
         ...
@@ -241,7 +246,12 @@ class Attempt(Waits, Effects, Sagas):
                     )
                 token = enter_step()
                 try:
-                    result = await step.run_body(*args, **kwargs)
+                    direct = step.direct
+                    result = await (
+                        step.run_body(*args, **kwargs)
+                        if direct is None
+                        else direct(*args, **kwargs)
+                    )
                     output = encode(
                         result, what=f"output of step {step.name!r} (index {call.index})"
                     )
