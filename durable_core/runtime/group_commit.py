@@ -10,7 +10,10 @@ it. With ``flushes_in_flight`` above 1 (pipelining), a flush may go out while an
 is in flight, once its batch holds ``flush_min_batch`` writes (or none is in flight),
 so that the worker's Python and the database work at once without flushes shrinking
 to a handful of writes; a workflow's writes still commit one after another, since
-each waits for its earlier ones before it is handed over.
+each waits for its earlier ones before it is handed over. The writer that fills a
+batch to that minimum sends it from its own task: workflows that resume together
+from one flush would otherwise all run before the flusher's task, and every flush
+would carry all their writes while the database waited.
 
 Every write waits on one plain future per batch (resolved once the flush ended), and
 a write that does not have to wait (a step's start, a step's end written behind)
@@ -228,21 +231,51 @@ class GroupCommit:
                     continue  # a flush's end wakes this again
                 if self._in_flight and self._gathered() < self.flush_min_batch:
                     continue  # the next write or a flush's end looks again
-                batch, self._batch = self._batch, Batch()
-                self._stepping.clear()
-                for owed in self._unsent:
-                    if owed.batch is None and not owed.folded:
-                        owed.batch, owed.position = batch, len(batch.steps)
-                        batch.steps.append(owed.write)
-                self._unsent.clear()
-                if not (batch.steps or batch.settlements):
-                    # All it was woken for went out with an earlier flush, or was folded.
-                    batch.end()
+                batch = self._take()
+                if batch is None:
+                    pass
                 elif self.flushes_in_flight == 1:
                     await self._flush(batch)
                 else:
                     self._in_flight += 1
                     group.start_soon(self._flush, batch)
+
+    def _take(self) -> Batch | None:
+        """The gathering batch, with the step ends owed, to flush now (a new one gathers);
+        ``None`` when it holds nothing (all it was woken for went out with an earlier
+        flush, or was folded)."""
+        batch, self._batch = self._batch, Batch()
+        self._stepping.clear()
+        for owed in self._unsent:
+            if owed.batch is None and not owed.folded:
+                owed.batch, owed.position = batch, len(batch.steps)
+                batch.steps.append(owed.write)
+        self._unsent.clear()
+        if not (batch.steps or batch.settlements):
+            batch.end()
+            return None
+        return batch
+
+    async def _send_here(self) -> None:
+        """Flush the gathering batch from the writer's own task, at once: its query goes out
+        while the other attempts' Python still runs (the flusher's task would only run
+        after all of them, so the database would wait for the worker and then the worker
+        for the database). Shielded: the flush is every writer's in it, not this one's."""
+        batch = self._take()
+        if batch is None:
+            return
+        self._in_flight += 1
+        with anyio.CancelScope(shield=True):
+            await self._flush(batch)
+
+    def _may_send_here(self) -> bool:
+        """Whether a writer should send the gathering batch itself (pipelining: a flush may
+        go out, and the batch holds enough writes)."""
+        return (
+            self._in_flight < self.flushes_in_flight
+            and len(self._batch.steps) + len(self._batch.settlements) + len(self._unsent)
+            >= self.flush_min_batch
+        )
 
     def _gathered(self) -> int:
         """How many writes the next flush would carry."""
@@ -434,9 +467,12 @@ class GroupCommit:
         while owed := self._owed.get(workflow):
             first = owed[0]
             if first.batch is None:  # the next flush carries it
-                self._ready()
                 gathering = self._batch
-                await gathering.flushed()
+                if self.flushes_in_flight > 1 and self._may_send_here():
+                    await self._send_here()
+                else:
+                    self._ready()
+                    await gathering.flushed()
                 if gathering.error is not None:
                     raise gathering.error
                 continue

@@ -345,6 +345,29 @@ async def test_pipelined_flushes_overlap_up_to_their_limit_and_keep_a_minimum_ba
     assert await sql.fetchval("SELECT count(*) FROM workflow_attempts") == 40
 
 
+async def test_pipelined_the_writer_filling_a_batch_sends_it_before_the_others_run(
+    recording: RecordingStore, sql: asyncpg.Connection
+) -> None:
+    """Workflows in step with each other all resume when one flush ends; the flusher's task
+    would run after every one of them, so every flush would carry all their writes and the
+    database would wait for the worker's Python. The writer that fills a batch to the
+    minimum sends it itself, while the others still run."""
+    claimed = await leased(recording, 40)
+    group = GroupCommit(recording, step_row_after=60, flushes_in_flight=2, flush_min_batch=8)
+    async with flushing(group), anyio.create_task_group() as workflows:
+        for item in claimed:
+            workflows.start_soon(run_steps, group, item.lease, 3)
+    sizes = [len(steps) + len(settlements) for steps, settlements in recording.batches]
+    assert max(sizes) < 40, f"a flush waited for all 40 workflows' writes: {sizes}"
+    assert sizes.count(8) >= 4, f"the writers sent batches of the minimum: {sizes}"
+    assert group.writes == 160  # 120 step ends and 40 settlements
+    rows = await sql.fetch("SELECT status, count(*) FROM workflows GROUP BY 1")
+    assert [tuple(r) for r in rows] == [("succeeded", 40)]
+    assert await sql.fetchval("SELECT count(*) FROM workflow_steps WHERE status = 'succeeded'") == (
+        120
+    )
+
+
 async def test_a_long_step_gets_its_running_row_while_it_runs(
     recording: RecordingStore, sql: asyncpg.Connection
 ) -> None:
