@@ -38,9 +38,16 @@ SETTINGS = (
     _Setting("group_commit", "WORKFLOW_GROUP_COMMIT", 1, 0),
     _Setting("step_row_after_ms", "WORKFLOW_STEP_ROW_AFTER_MS", 100, 0, unit=0.001),
     _Setting("drain_timeout_secs", "WORKFLOW_DRAIN_TIMEOUT_SECS", 30, 0, unit=1),
-    _Setting("flushes_in_flight", "WORKFLOW_FLUSHES_IN_FLIGHT", 1, 1),
-    _Setting("flush_min_batch", "WORKFLOW_FLUSH_MIN_BATCH", 16, 1),
+    _Setting("flushes_in_flight", "WORKFLOW_FLUSHES_IN_FLIGHT", 0, 0),
+    _Setting("flush_min_batch", "WORKFLOW_FLUSH_MIN_BATCH", 0, 0),
 )
+
+
+PIPELINE_FROM = 100
+"""The concurrency from which a worker pipelines its flushes by default. Measured on two
+cores with PostgreSQL beside the worker (``bench/scenarios/ceiling.py``): at 128, two
+flushes in flight drained 1.4x as fast as one; at 32 no faster, for more CPU per
+workflow (the smaller batches cost more flushes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +72,15 @@ class WorkflowConfig:
     drain_timeout_secs: float = 30
     """Once told to stop (SIGTERM), how long a worker waits for its in-flight workflows
     before it abandons them to their lease expiry and exits."""
-    flushes_in_flight: int = 1
+    flushes_in_flight: int = 0
     """With group commit, how many flushes may be in flight at once (pipelining: the next
-    batch goes out while one commits); 1 sends each once the one before has ended."""
-    flush_min_batch: int = 16
-    """With ``flushes_in_flight`` above 1, how many writes a batch gathers before it goes
-    out while another flush is in flight (a lone batch goes out at once)."""
+    batch goes out while one commits); 1 sends each once the one before has ended; 0
+    (the default) pipelines two from a concurrency of :data:`PIPELINE_FROM`, where it
+    pays (see :attr:`pipelining`)."""
+    flush_min_batch: int = 0
+    """With more than one flush in flight, how many writes a batch gathers before it goes
+    out while another flush is in flight (a lone batch goes out at once); 0 (the
+    default): half the concurrency."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkflowConfig:
@@ -102,6 +112,14 @@ class WorkflowConfig:
         if problems:
             raise ConfigurationError("invalid WorkflowConfig: " + "; ".join(problems))
         return self
+
+    @property
+    def pipelining(self) -> tuple[int, int]:
+        """The flushes in flight and the minimum batch a group commit uses: the settings,
+        or where one is 0, two flushes from a concurrency of :data:`PIPELINE_FROM` (else
+        one) and half the concurrency."""
+        in_flight = self.flushes_in_flight or (2 if self.concurrency >= PIPELINE_FROM else 1)
+        return in_flight, self.flush_min_batch or max(1, self.concurrency // 2)
 
     @property
     def poll_interval(self) -> float:
@@ -164,4 +182,4 @@ def default_max_attempts() -> int:
     return WorkflowConfig().max_attempts
 
 
-__all__ = ["SETTINGS", "WorkflowConfig", "default_max_attempts"]
+__all__ = ["PIPELINE_FROM", "SETTINGS", "WorkflowConfig", "default_max_attempts"]

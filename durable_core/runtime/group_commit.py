@@ -201,7 +201,10 @@ class GroupCommit:
             await self._batch.flushed()
         batch = self._batch
         batch.settlements.append(settlement)
-        self._ready()
+        if self.flushes_in_flight > 1 and self._may_send_here():
+            await self._send_here()
+        else:
+            self._ready()
         if not await batch.landed(len(batch.settlements) - 1, settlement=True):
             raise _lost(lease, f"settling as {settlement.status.value}")
 

@@ -68,12 +68,13 @@ class WorkflowWorker:
         self._running: Counter[str] = Counter()
         self.store = store
         self.worker_id = worker_id or default_worker_id()
+        in_flight, min_batch = self.config.pipelining
         self.group = (
             group_commit(
                 store,
                 step_row_after=self.config.step_row_after_ms / 1000,
-                flushes_in_flight=self.config.flushes_in_flight,
-                flush_min_batch=self.config.flush_min_batch,
+                flushes_in_flight=in_flight,
+                flush_min_batch=min_batch,
             )
             if self.config.group_commit
             else None
