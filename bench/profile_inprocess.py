@@ -28,7 +28,7 @@ import asyncpg
 from bench import DEFAULT_URL, app
 from bench.common import DEV_PLUGINS, RESULTS_DIR, Settings, ensure_database, prepare_schema, reset
 from durable_core import DurableClient, WorkflowConfig
-from durable_core.runtime.worker import WorkflowWorker
+from durable_core.runtime.worker import WorkflowWorker, freeze_start_up
 from durable_core.seams.records import Settlement, StepWrite
 from durable_postgres import PostgresStore
 
@@ -59,6 +59,7 @@ async def _drain(url: str, total: int, concurrency: int) -> None:
     try:
         worker = WorkflowWorker(store, WorkflowConfig(concurrency=concurrency))
         store.worker = worker
+        freeze_start_up()  # as ``durable worker`` does
         await worker.run()
     finally:
         await store.close()

@@ -181,7 +181,7 @@ def _check_apps(args: argparse.Namespace) -> list[str]:
 
 
 async def _worker(args: argparse.Namespace, supervised: Supervised | None) -> int:
-    from ..runtime.worker import WorkflowWorker
+    from ..runtime.worker import WorkflowWorker, freeze_start_up
 
     apps = _check_apps(args)
     _check_database(args)
@@ -213,6 +213,7 @@ async def _worker(args: argparse.Namespace, supervised: Supervised | None) -> in
                 tasks.start_soon(supervised.serve, worker)
             if args.migrate:
                 await store.apply_schema()
+            freeze_start_up()
             if metrics is None:
                 await worker.run(handle_signals=True)
             else:
