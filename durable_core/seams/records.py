@@ -76,6 +76,12 @@ def check_topic(topic: str) -> str:
     return topic
 
 
+HOT_RECORDS = ("ClaimedWorkflow", "StepWrite", "Settlement")
+"""The records built once or more per workflow a worker runs: plain slotted dataclasses,
+not frozen ones, which cost five times as much to build (``object.__setattr__`` per
+field), about 8% of a worker's instructions per workflow (``bench.profile_inprocess``).
+Nothing changes them once built; treat them as read-only."""
+
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 """The ``run_at`` of a workflow waiting with no deadline."""
 
@@ -296,7 +302,7 @@ class EndedAttempts:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see HOT_RECORDS
 class ClaimedWorkflow:
     """A workflow a worker now holds, with what the executor needs to run it.
 
@@ -324,7 +330,7 @@ class ClaimedWorkflow:
     """When the workflow became runnable (its ``run_at`` before the claim), for the queue wait."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see HOT_RECORDS
 class StepWrite:
     """A step row to put, fenced by ``lease``: one write of a group commit
     (:class:`~durable_core.seams.store.BatchWriter`)."""
@@ -347,7 +353,7 @@ class StepWrite:
     """The step's path (:attr:`StepRecord.path`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see HOT_RECORDS
 class Settlement:
     """An attempt's end, fenced by ``lease``: what ``settle`` writes, alone or in a group
     commit's batch. ``status`` is ``succeeded`` (with ``output``), ``failed`` (with
