@@ -235,11 +235,9 @@ class GroupCommit:
                 if self._in_flight and self._gathered() < self.flush_min_batch:
                     continue  # the next write or a flush's end looks again
                 batch = self._take()
-                if batch is None:
-                    pass
-                elif self.flushes_in_flight == 1:
+                if batch is not None and self.flushes_in_flight == 1:
                     await self._flush(batch)
-                else:
+                elif batch is not None:
                     self._in_flight += 1
                     group.start_soon(self._flush, batch)
 

@@ -1,4 +1,11 @@
-"""Plain data passed across the Store seam: statuses, rows and leases."""
+"""Plain data passed across the Store seam: statuses, rows and leases.
+
+The records are frozen dataclasses, but for the three a worker builds once or more per
+workflow (:class:`ClaimedWorkflow`, :class:`StepWrite`, :class:`Settlement`): a frozen
+one costs five times as much to build (``object.__setattr__`` per field), about 8% of a
+worker's instructions per workflow (``bench.profile_inprocess``). Nothing changes them
+once built; treat them as read-only.
+"""
 
 from __future__ import annotations
 
@@ -75,12 +82,6 @@ def check_topic(topic: str) -> str:
         )
     return topic
 
-
-HOT_RECORDS = ("ClaimedWorkflow", "StepWrite", "Settlement")
-"""The records built once or more per workflow a worker runs: plain slotted dataclasses,
-not frozen ones, which cost five times as much to build (``object.__setattr__`` per
-field), about 8% of a worker's instructions per workflow (``bench.profile_inprocess``).
-Nothing changes them once built; treat them as read-only."""
 
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 """The ``run_at`` of a workflow waiting with no deadline."""
@@ -302,7 +303,7 @@ class EndedAttempts:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-@dataclass(slots=True)  # not frozen: see HOT_RECORDS
+@dataclass(slots=True)  # not frozen: see the module's docstring
 class ClaimedWorkflow:
     """A workflow a worker now holds, with what the executor needs to run it.
 
@@ -330,7 +331,7 @@ class ClaimedWorkflow:
     """When the workflow became runnable (its ``run_at`` before the claim), for the queue wait."""
 
 
-@dataclass(slots=True)  # not frozen: see HOT_RECORDS
+@dataclass(slots=True)  # not frozen: see the module's docstring
 class StepWrite:
     """A step row to put, fenced by ``lease``: one write of a group commit
     (:class:`~durable_core.seams.store.BatchWriter`)."""
@@ -353,7 +354,7 @@ class StepWrite:
     """The step's path (:attr:`StepRecord.path`)."""
 
 
-@dataclass(slots=True)  # not frozen: see HOT_RECORDS
+@dataclass(slots=True)  # not frozen: see the module's docstring
 class Settlement:
     """An attempt's end, fenced by ``lease``: what ``settle`` writes, alone or in a group
     commit's batch. ``status`` is ``succeeded`` (with ``output``), ``failed`` (with
