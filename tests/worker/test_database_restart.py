@@ -131,6 +131,13 @@ async def test_workers_survive_a_postgres_restart_under_load(
         ]
         sql = await asyncpg.connect(restartable)
 
+        async def both_started() -> bool:
+            return all("started: concurrency" in workers.log(proc) for proc in procs)
+
+        # Both are running when the database restarts (a fast worker can settle a quarter of
+        # the backlog before the other has booted, and a boot the restart interrupts fails).
+        await eventually(both_started, timeout=120, what="both workers to start")
+
         async def some_done() -> bool:
             done: int = await sql.fetchval(
                 "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
