@@ -383,3 +383,45 @@ async def test_a_row_naming_an_unregistered_codec_fails_naming_the_codec(
     assert record.error is not None
     assert "UnknownCodecError" in record.error and "'protobuf'" in record.error
     assert record.attempts == 1, "not retried: like an unknown workflow, the code lacks it"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        (7,),
+        (0, -1, 2**62, "order-7", "", True, False, None),
+        ('quote " and backslash \\ and newline \n',),
+        (1 << 1999,),
+    ],
+)
+def test_plain_scalar_arguments_skip_the_encoder_and_write_the_same_text(
+    args: tuple[object, ...],
+) -> None:
+    from durable_core.codec.text import call_text, json_text
+
+    fast = call_text(list(args), {})
+    assert fast == json_text({"args": list(args), "kwargs": {}})
+    assert encode_arguments(args, {}, what="x") == fast
+    assert decode_arguments(fast, what="x") == (args, {})
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((1,), {"k": 2}),  # keyword arguments
+        ((1.5,), {}),  # a float: not a plain scalar here
+        (([1],), {}),  # a container
+        (("é",), {}),  # text beyond ASCII goes the checked way
+        (("\ud800",), {}),  # a lone surrogate: escaped by the checked way
+        ((1 << 2000,), {}),  # an int too large for a plain literal: tagged
+    ],
+)
+def test_other_arguments_go_the_checked_way(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    from durable_core.codec.text import call_text
+
+    assert call_text(list(args), kwargs) is None
+    text = encode_arguments(args, kwargs, what="x")
+    assert decode_arguments(text, what="x") == (args, kwargs)

@@ -12,11 +12,11 @@ from typing import Any
 __all__ = [
     "INT_LIMIT",
     "TAG_KEY",
-    "call_text",
     "DecodeProblem",
     "Mismatch",
     "Problem",
     "Refusal",
+    "call_text",
     "is_native",
     "json_text",
     "native_or_false",

@@ -46,8 +46,8 @@ SETTINGS = (
 PIPELINE_FROM = 100
 """The concurrency from which a worker pipelines its flushes by default. Measured on two
 cores with PostgreSQL beside the worker (``bench/scenarios/ceiling.py``): at 128, two
-flushes in flight drained 1.4x as fast as one; at 32 no faster, for more CPU per
-workflow (the smaller batches cost more flushes)."""
+flushes in flight drained 1.1 to 1.4 times as fast as one; at 32 no faster, for more
+CPU per workflow (the smaller batches cost more flushes)."""
 
 
 @dataclass(frozen=True, slots=True)
