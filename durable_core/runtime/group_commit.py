@@ -201,10 +201,7 @@ class GroupCommit:
             await self._batch.flushed()
         batch = self._batch
         batch.settlements.append(settlement)
-        if self.flushes_in_flight > 1 and self._may_send_here():
-            await self._send_here()
-        else:
-            self._ready()
+        await self._hand_over()
         if not await batch.landed(len(batch.settlements) - 1, settlement=True):
             raise _lost(lease, f"settling as {settlement.status.value}")
 
@@ -257,26 +254,28 @@ class GroupCommit:
             return None
         return batch
 
-    async def _send_here(self) -> None:
-        """Flush the gathering batch from the writer's own task, at once: its query goes out
-        while the other attempts' Python still runs (the flusher's task would only run
-        after all of them, so the database would wait for the worker and then the worker
-        for the database). Shielded: the flush is every writer's in it, not this one's."""
-        batch = self._take()
-        if batch is None:
+    async def _hand_over(self) -> None:
+        """A write joined the gathering batch: when pipelining and the batch holds the
+        minimum, send it from the writer's own task, at once, so its query goes out while
+        the other attempts' Python still runs (the flusher's task would only run after
+        all of them: the database would wait for the worker, then the worker for the
+        database); else wake the flusher. Shielded: the flush is every writer's in it,
+        not this one's."""
+        batch = self._batch
+        if not (
+            self.flushes_in_flight > 1
+            and self._in_flight < self.flushes_in_flight
+            and len(batch.steps) + len(batch.settlements) + len(self._unsent)
+            >= self.flush_min_batch
+        ):
+            self._ready()
+            return
+        taken = self._take()
+        if taken is None:
             return
         self._in_flight += 1
         with anyio.CancelScope(shield=True):
-            await self._flush(batch)
-
-    def _may_send_here(self) -> bool:
-        """Whether a writer should send the gathering batch itself (pipelining: a flush may
-        go out, and the batch holds enough writes)."""
-        return (
-            self._in_flight < self.flushes_in_flight
-            and len(self._batch.steps) + len(self._batch.settlements) + len(self._unsent)
-            >= self.flush_min_batch
-        )
+            await self._flush(taken)
 
     def _gathered(self) -> int:
         """How many writes the next flush would carry."""
@@ -469,11 +468,8 @@ class GroupCommit:
             first = owed[0]
             if first.batch is None:  # the next flush carries it
                 gathering = self._batch
-                if self.flushes_in_flight > 1 and self._may_send_here():
-                    await self._send_here()
-                else:
-                    self._ready()
-                    await gathering.flushed()
+                await self._hand_over()
+                await gathering.flushed()
                 if gathering.error is not None:
                     raise gathering.error
                 continue
