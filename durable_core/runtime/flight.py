@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from types import TracebackType
+from typing import Self, TypeVar
 
 import anyio
 
@@ -20,8 +21,9 @@ T = TypeVar("T")
 
 
 class InFlight:
-    """The worker's in-flight attempts: started one task each, awaited all together (as an
-    anyio task group's exit does: on a cancellation, each is cancelled and awaited)."""
+    """The worker's in-flight attempts: started one task each, awaited all together when
+    the ``async with`` block is left, as an anyio task group's exit does (when the block
+    raised, or the wait is cancelled, each is cancelled first)."""
 
     def __init__(self, on_failure: Callable[[BaseException], None]) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
@@ -31,9 +33,26 @@ class InFlight:
         """Told of an error a task let escape (not an :class:`Exception`: those are the
         task's own to handle); :meth:`wait` raises the first."""
         self._failure: BaseException | None = None
+        self._cancelled = False
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.wait()
+            return
+        self.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._all_ended()
 
     def start(self, run: Callable[[T], Awaitable[None]], item: T) -> None:
         """Run ``run(item)`` in a task of its own."""
@@ -44,6 +63,8 @@ class InFlight:
     async def _scoped(self, run: Callable[[T], Awaitable[None]], item: T) -> None:
         with anyio.CancelScope() as scope:
             self._scopes.add(scope)
+            if self._cancelled:  # cancelled before this task first ran
+                scope.cancel()
             try:
                 await run(item)
             finally:
@@ -60,7 +81,9 @@ class InFlight:
             self._idle.set()
 
     def cancel(self) -> None:
-        """Cancel every task (anyio's cancellation, through its scope)."""
+        """Cancel every task (anyio's cancellation, through its scope), those that have not
+        run yet included."""
+        self._cancelled = True
         for scope in list(self._scopes):
             scope.cancel()
 

@@ -232,8 +232,7 @@ class WorkflowWorker:
             if self.group is not None:
                 outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
-            running = InFlight(self._task_failed)
-            try:
+            async with InFlight(self._task_failed) as running:
                 await self._claim_loop(claimer, running)
                 logger.info(
                     "worker %s stopping: waiting for %d in-flight workflows (at most %ss)",
@@ -245,12 +244,6 @@ class WorkflowWorker:
                 observers().durable_worker_stopping(
                     worker_id=self.worker_id, in_flight=self._in_flight
                 )
-            except BaseException:
-                running.cancel()  # as a task group's exit does when its host raised
-                with anyio.CancelScope(shield=True):
-                    await running.wait()
-                raise
-            await running.wait()
             outer.cancel_scope.cancel()
         await self._leave()
 

@@ -110,3 +110,18 @@ async def test_waiting_cancelled_cancels_every_task_and_waits_for_it() -> None:
         await flight.wait()
     assert sorted(cancelled) == [0, 1, 2], "each was cancelled and awaited before wait ended"
     assert len(flight) == 0
+
+
+async def test_a_task_cancelled_before_it_first_ran_is_cancelled_too() -> None:
+    ran: list[str] = []
+
+    async def sleeps(tag: str) -> None:
+        ran.append(tag)
+        await anyio.sleep_forever()
+
+    flight = InFlight(lambda error: None)
+    flight.start(sleeps, "late")  # not run yet: the loop has not turned
+    flight.cancel()
+    with anyio.fail_after(120):  # a task the cancel missed would sleep forever: fail instead
+        await flight.wait()
+    assert ran == ["late"] and len(flight) == 0
