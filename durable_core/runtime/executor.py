@@ -72,9 +72,12 @@ class Executor:
             if self._keeper is keeper:
                 self._keeper = None
 
-    async def run(self, claimed: ClaimedWorkflow) -> WorkflowStatus | None:
+    async def run(
+        self, claimed: ClaimedWorkflow, *, body_ended: Callable[[], None] | None = None
+    ) -> WorkflowStatus | None:
         """Run one attempt of ``claimed``. Returns the status it settled with, or ``None``
-        when the lease was lost (the new owner settles it).
+        when the lease was lost (the new owner settles it). ``body_ended`` is called once
+        its body has ended, before the attempt is settled (not when it never ran).
 
         An attempt that cannot be settled (the database stayed away for the whole
         lease) is logged and its error raised; its lease expires and it is reclaimed.
@@ -83,7 +86,7 @@ class Executor:
         settling.claimed(attempt)
         self._running[claimed.id] = attempt
         try:
-            return await self._run(attempt)
+            return await self._run(attempt, body_ended)
         except LeaseLostError:  # refused while settling: the body had ended
             return await self._lease_lost(attempt)
         except Exception as exc:
@@ -95,7 +98,9 @@ class Executor:
             if self.group is not None:
                 self.group.forget(claimed.id)
 
-    async def _run(self, attempt: Attempt) -> WorkflowStatus | None:
+    async def _run(
+        self, attempt: Attempt, body_ended: Callable[[], None] | None
+    ) -> WorkflowStatus | None:
         claimed = attempt.claimed
         if claimed.attempts > claimed.max_attempts:
             exhausted = FrameworkError(
@@ -134,6 +139,8 @@ class Executor:
                     result, failure = await self._kept(keeper, ctx, definition.fn, args, kwargs)
                 finally:
                     own.cancel_scope.cancel()
+        if body_ended is not None:
+            body_ended()
         return await self._settle(attempt, result, failure)
 
     async def _settle(

@@ -94,6 +94,10 @@ class WorkflowWorker:
         """Commits its workflows' step rows and settlements together, on a store that can."""
         self.executor = Executor(store, self.config, registry=self.registry, group=self.group)
         self._in_flight = 0
+        self._bodies = 0
+        """How many of the in-flight workflows' bodies run: each holds a slot. A workflow
+        whose body ended frees its slot while its settlement commits, so the next claim
+        goes out beside that commit, not after it."""
         self._stopping = False
         self._stop_asked = anyio.Event()
         self._wake = anyio.Event()
@@ -362,7 +366,7 @@ class WorkflowWorker:
         # A fleet limit may be what left slots free: a settle here may make room.
         limited = any(queue.fleet_limited for queue in served)
         while not self._stopping:
-            free = self.config.concurrency - self._in_flight
+            free = self._free_slots()
             lanes = routes(served, names, free, self._running)
             if not lanes:
                 self._slot_free = anyio.Event()
@@ -402,6 +406,7 @@ class WorkflowWorker:
             )
             for item in claimed:
                 self._in_flight += 1
+                self._bodies += 1
                 self._running[item.queue] += 1
                 self._claimed_total += 1
                 running.start(self._run_one, item)
@@ -447,15 +452,31 @@ class WorkflowWorker:
         with anyio.move_on_after(seconds):
             await self._wake.wait()
 
+    def _free_slots(self) -> int:
+        """How many workflows to claim now: a slot per body that could run, while at most
+        ``concurrency`` more settle (their bodies ended, their settlements commit)."""
+        concurrency = self.config.concurrency
+        return min(concurrency - self._bodies, 2 * concurrency - self._in_flight)
+
     async def _run_one(self, claimed: ClaimedWorkflow) -> None:
+        holding = True
+
+        def body_ended() -> None:
+            nonlocal holding
+            if holding:
+                holding = False
+                self._bodies -= 1
+                self._running[claimed.queue] -= 1
+                self._slot_free.set()
+
         try:
-            status = await self.executor.run(claimed)
+            status = await self.executor.run(claimed, body_ended=body_ended)
             self._ended["lost" if status is None else status.value] += 1
         except Exception:
             pass  # the executor logged it, with the attempt's fields
         finally:
+            body_ended()
             self._in_flight -= 1
-            self._running[claimed.queue] -= 1
             self._slot_free.set()
 
 
