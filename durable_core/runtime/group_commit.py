@@ -76,6 +76,9 @@ class GroupCommit:
         self._wake: asyncio.Event | None = None
         """Set when the flusher has something to look at (a write, a flush's end)."""
         self._pending = False
+        self._stopped = False
+        """The flusher has stopped (the worker is cancelled): a write handed over now fails
+        at once, as a flush cut short does, instead of waiting for a flush that never comes."""
         self._in_flight = 0
         self._starts: dict[str, dict[int, Start]] = {}
         """The step tries begun and not ended, by workflow and step index."""
@@ -217,26 +220,31 @@ class GroupCommit:
 
     async def run(self) -> None:
         """Flush what gathers (up to ``flushes_in_flight`` flushes at once), and write the
-        ``running`` rows of long steps, until cancelled."""
+        ``running`` rows of long steps, until cancelled; then fail what still gathers."""
         wake = self._wake = asyncio.Event()
+        self._stopped = False
         if self._pending:
             wake.set()
-        async with anyio.create_task_group() as group:
-            if self.step_row_after > 0:
-                group.start_soon(self._write_long_steps)
-            while True:
-                await wake.wait()
-                wake.clear()
-                if self._in_flight >= self.flushes_in_flight:
-                    continue  # a flush's end wakes this again
-                if self._in_flight and self._gathered() < self.flush_min_batch:
-                    continue  # the next write or a flush's end looks again
-                batch = self._take()
-                if batch is not None and self.flushes_in_flight == 1:
-                    await self._flush(batch)
-                elif batch is not None:
-                    self._in_flight += 1
-                    group.start_soon(self._flush, batch)
+        try:
+            async with anyio.create_task_group() as group:
+                if self.step_row_after > 0:
+                    group.start_soon(self._write_long_steps)
+                while True:
+                    await wake.wait()
+                    wake.clear()
+                    if self._in_flight >= self.flushes_in_flight:
+                        continue  # a flush's end wakes this again
+                    if self._in_flight and self._gathered() < self.flush_min_batch:
+                        continue  # the next write or a flush's end looks again
+                    batch = self._take()
+                    if batch is not None and self.flushes_in_flight == 1:
+                        await self._flush(batch)
+                    elif batch is not None:
+                        self._in_flight += 1
+                        group.start_soon(self._flush, batch)
+        finally:
+            self._wake, self._stopped = None, True
+            self._fail_gathering()
 
     def _take(self) -> Batch | None:
         """The gathering batch, with the step ends owed, to flush now (a new one gathers);
@@ -284,12 +292,22 @@ class GroupCommit:
         return len(batch.steps) + len(batch.settlements) + unsent
 
     def _ready(self) -> None:
-        """Something was handed over: wake the flusher."""
+        """Something was handed over: wake the flusher (fail it, once the flusher stopped)."""
         wake = self._wake
-        if wake is None:
-            self._pending = True
-        else:
+        if wake is not None:
             wake.set()
+        elif self._stopped:
+            self._fail_gathering()
+        else:
+            self._pending = True
+
+    def _fail_gathering(self) -> None:
+        """End the gathering batch unsent, its writes failed as those of a flush cut short:
+        the flusher has stopped, and a waiter on a batch cannot be cancelled before it ends."""
+        batch, self._batch = self._batch, Batch()
+        self._stepping.clear()
+        batch.error = _cut_short()
+        batch.end()
 
     async def _flush(self, batch: Batch) -> None:
         began = time.perf_counter()
@@ -306,7 +324,7 @@ class GroupCommit:
                     workflow = settlement.lease.workflow_id
                     self._owed.setdefault(workflow, []).insert(0, Owed(settlement.step))
         except BaseException:  # cancelled (the worker stops): no write waits on it forever
-            batch.error = StoreUnavailableError("the group commit stopped before this write")
+            batch.error = _cut_short()
             batch.end()
             raise
         else:
@@ -492,6 +510,10 @@ class GroupCommit:
         batch.steps.append(write)
         self._stepping.add(write.lease.workflow_id)
         return len(batch.steps) - 1
+
+
+def _cut_short() -> StoreUnavailableError:
+    return StoreUnavailableError("the group commit stopped before this write")
 
 
 def _lost(lease: Lease, what: str) -> LeaseLostError:
