@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import parse_qsl, unquote_plus
 
 import anyio
 import asyncpg
@@ -43,14 +43,20 @@ _POOL_ONLY_OPTIONS = frozenset(
         "reset",
     }
 )
-# PostgreSQL's own plan cache (``plan_cache_mode = auto``): a statement is planned for
-# its values until a generic plan costs no more. Forcing generic plans froze each
-# statement on the plan of its first run, on a worker started beside empty tables a
-# sequential scan of ``workflows`` per claimed workflow (bench ``plans``: 10 drains
-# from an empty database). A URL's ``?plan_cache_mode=...`` still sets it.
+# Each statement is planned once per connection (``plan_cache_mode =
+# force_generic_plan``), and never as a sequential scan where an index serves it
+# (``enable_seqscan = off``): every statement the store sends has its index. Left to
+# itself (``auto``), PostgreSQL re-planned the claim and the settle on every call once the
+# tables had statistics (planning cost three times running them), and on tables never
+# analysed kept plans that scan ``workflows`` once per workflow; a generic plan alone
+# froze such a scan, made beside empty tables (bench ``plans``). Queries that must be
+# planned for their values (listing with filters) plan so locally. A URL's
+# ``?plan_cache_mode=...`` or ``?enable_seqscan=...`` still sets either.
 _DEFAULT_SERVER_SETTINGS = {
     "application_name": "durable",
     "jit": "off",
+    "plan_cache_mode": "force_generic_plan",
+    "enable_seqscan": "off",
 }
 _CLAIM_LISTEN_TIMEOUT = 5.0
 _MIN_WAIT = 0.005
@@ -143,8 +149,9 @@ class PostgresStore(SQLStore):
         dsn, description = normalize_url(url)
         dsn, listen_in_url = _pop_listen_option(dsn)
         options = {k: v for k, v in connect_kwargs.items() if k not in _POOL_ONLY_OPTIONS}
+        in_url = {key for key, _ in parse_qsl(dsn.partition("?")[2])}
         options["server_settings"] = {
-            **_DEFAULT_SERVER_SETTINGS,
+            **{k: v for k, v in _DEFAULT_SERVER_SETTINGS.items() if k not in in_url},
             **(options.get("server_settings") or {}),
         }
         self.connector: AsyncpgConnector = AsyncpgConnector(

@@ -5,7 +5,7 @@ again (no statistics, never analysed), a real worker starts beside them and clai
 once (finding nothing, it listens), then a backlog of three-step workflows is
 enqueued and drained. The worker's statements are thus prepared on empty tables,
 the case where a plan frozen on its first run (``plan_cache_mode =
-force_generic_plan``, the store's setting before) scanned ``workflows``
+force_generic_plan`` with sequential scans allowed) scanned ``workflows``
 once per claimed workflow in about half of the drains.
 
 Two figures per concurrency (32 and 1):
@@ -18,12 +18,15 @@ Two figures per concurrency (32 and 1):
 - the spread of the drains' throughput: the largest distance of a drain from the
   median of its kind, in percent (target: every drain within 15%).
 
-The floor of each is the same drains with the worker's URL carrying
-``?plan_cache_mode=force_generic_plan`` (the old setting), alternating with the
-store's own settings drain by drain. At concurrency 1 a diagnostic row runs the
-same drains with ``?enable_seqscan=off`` (what remains is the planner preferring a
-scan of a tiny, never-analysed table), and a last row the same drains beside 10,000
-settled workflows, analysed (tables with statistics).
+The store plans each statement once per connection, never as a sequential scan
+(``force_generic_plan``, ``enable_seqscan = off``). The floor of each figure is the
+same drains with the worker's URL carrying ``?plan_cache_mode=auto&enable_seqscan=on``
+(PostgreSQL's own choice, the store's setting before), alternating with the store's
+own settings drain by drain. At concurrency 1 a diagnostic row runs the same drains
+with ``?enable_seqscan=on`` (generic plans that may scan), and a last row the store's
+and PostgreSQL's own choice beside 10,000 settled workflows, analysed (tables with
+statistics, where PostgreSQL's choice re-plans the claim and the settle on every
+call).
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ TITLE = "Plans from an empty database: sequential scans per workflow, drain spre
 
 TABLES = [table.name for table in metadata.sorted_tables if table is not schema_versions]
 """The durable tables whose sequential scans count (not the one-row versions table)."""
-GENERIC = "plan_cache_mode=force_generic_plan"
-NO_SEQSCAN = "enable_seqscan=off"
+AUTO = "plan_cache_mode=auto&enable_seqscan=on"
+SCANS_ALLOWED = "enable_seqscan=on"
 SPREAD_TARGET = 15.0
 HISTORY = 10_000
 _SCANS = (
@@ -139,8 +142,8 @@ async def drain(
     await _sessions_gone(conn)
     scans_per_workflow = (await _seq_scans(conn) - before - own) / count
     span = await conn.fetchval(
-        "SELECT extract(epoch FROM (SELECT max(completed_at) FROM workflows WHERE name = $1)"
-        " - (SELECT min(started_at) FROM workflow_steps))",
+        "SELECT extract(epoch FROM max(w.completed_at) - min(s.started_at)) FROM workflows w"
+        " JOIN workflow_steps s ON s.workflow_id = w.id WHERE w.name = $1",
         app.three_steps.name,
     )
     return count / float(span), scans_per_workflow
@@ -161,9 +164,9 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
     conn = await asyncpg.connect(settings.dsn)
     try:
         for concurrency, count, drains in configs:
-            kinds = {"store": settings.url, "generic": _with_option(settings.url, GENERIC)}
+            kinds = {"store": settings.url, "auto": _with_option(settings.url, AUTO)}
             if concurrency == 1 and not settings.smoke:
-                kinds["no seqscan"] = _with_option(settings.url, NO_SEQSCAN)
+                kinds["scans allowed"] = _with_option(settings.url, SCANS_ALLOWED)
             rates: dict[str, list[float]] = {kind: [] for kind in kinds}
             scans: dict[str, list[float]] = {kind: [] for kind in kinds}
             for trial in range(drains):
@@ -180,11 +183,11 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
                     name=f"sequential scans per workflow, {label}",
                     unit="scans",
                     value=max(scans["store"]),
-                    floor=max(scans["generic"]),
+                    floor=max(scans["auto"]),
                     better="lower",
                     trials=scans["store"],
-                    floor_trials=scans["generic"],
-                    note=f"worst drain; floor = the same drains with ?{GENERIC}",
+                    floor_trials=scans["auto"],
+                    note=f"worst drain; floor = the same drains with ?{AUTO}",
                 )
             )
             if concurrency == 1:
@@ -195,29 +198,30 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
                     name=f"drain spread from an empty database, {label}",
                     unit="%",
                     value=_spread(rates["store"]),
-                    floor=_spread(rates["generic"]),
+                    floor=_spread(rates["auto"]),
                     better="lower",
                     trials=rates["store"],
-                    floor_trials=rates["generic"],
+                    floor_trials=rates["auto"],
                     note=(
                         f"largest distance from the median drain ({median(rates['store']):.0f}"
-                        f" workflows/s; floor {median(rates['generic']):.0f}); trials are "
-                        f"workflows/s; floor = the same drains with ?{GENERIC}"
+                        f" workflows/s; floor {median(rates['auto']):.0f}); trials are "
+                        f"workflows/s; floor = the same drains with ?{AUTO}"
                     ),
                 )
             )
             if concurrency == 32 and drains >= 10:
                 spread.target = f"<= {SPREAD_TARGET:g}%"
                 spread.met = spread.value <= SPREAD_TARGET
-            if "no seqscan" in kinds:
+            if "scans allowed" in kinds:
                 result.add(
                     Figure(
-                        name=f"sequential scans per workflow, {label}, ?{NO_SEQSCAN} (diagnostic)",
+                        name=f"sequential scans per workflow, {label}, ?{SCANS_ALLOWED} "
+                        "(diagnostic)",
                         unit="scans",
-                        value=max(scans["no seqscan"]),
+                        value=max(scans["scans allowed"]),
                         better="lower",
-                        trials=scans["no seqscan"],
-                        note=f"{median(rates['no seqscan']):.0f} workflows/s (store's "
+                        trials=scans["scans allowed"],
+                        note=f"{median(rates['scans allowed']):.0f} workflows/s (store's "
                         f"{median(rates['store']):.0f})",
                     )
                 )
@@ -226,22 +230,35 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             # The same drains at concurrency 1 beside settled, analysed history: what the
             # sequential scans above become once the tables have statistics.
             count, drains = 300, 3
-            history = [
-                await drain(
-                    settings, conn, url=settings.url, concurrency=1, count=count, history=HISTORY
-                )
-                for _ in range(drains)
-            ]
+            beside: dict[str, list[tuple[float, float]]] = {"store": [], "auto": []}
+            urls = {"store": settings.url, "auto": _with_option(settings.url, AUTO)}
+            for trial in range(drains):
+                for kind in list(urls) if trial % 2 == 0 else list(urls)[::-1]:
+                    beside[kind].append(
+                        await drain(
+                            settings,
+                            conn,
+                            url=urls[kind],
+                            concurrency=1,
+                            count=count,
+                            history=HISTORY,
+                        )
+                    )
+            history, auto = beside["store"], beside["auto"]
             figure = result.add(
                 Figure(
                     name=f"sequential scans per workflow, concurrency 1, {count} workflows x "
                     f"{drains} drains, {HISTORY:,} settled workflows beside, analysed",
                     unit="scans",
                     value=max(per for _, per in history),
+                    floor=max(per for _, per in auto),
                     better="lower",
                     trials=[per for _, per in history],
+                    floor_trials=[per for _, per in auto],
                     target="< 0.05 (none on the hot path)",
-                    note=f"{median([rate for rate, _ in history]):.0f} workflows/s",
+                    note=f"{median([rate for rate, _ in history]):.0f} workflows/s (floor's "
+                    f"{median([rate for rate, _ in auto]):.0f}); floor = the same drains with "
+                    f"?{AUTO}",
                 )
             )
             figure.met = figure.value < 0.05
