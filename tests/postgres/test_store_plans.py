@@ -93,7 +93,7 @@ async def _scans(conn: asyncpg.Connection) -> int:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
         "AND pid <> pg_backend_pid()"
     ):
-        await anyio.sleep(0.05)
+        await conn.execute("SELECT pg_sleep(0.05)")
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     scans: int = await conn.fetchval(
         "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables "
@@ -120,11 +120,11 @@ async def test_a_worker_started_beside_empty_tables_never_scans_them(fresh_url: 
                 tg.start_soon(worker.run)
                 await worker.started.wait()
                 async with PostgresStore(fresh_url) as client_store:
-                    while not worker.claimed_total and not await conn.fetchval(
+                    while not await conn.fetchval(
                         "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%' "
                         "AND datname = current_database()"
                     ):
-                        await anyio.sleep(0.02)  # until it has claimed once and listens
+                        await conn.execute("SELECT pg_sleep(0.02)")  # until it claimed, idle
                     before = await conn.fetchval(
                         "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables"
                         " WHERE relname = ANY($1::text[])",
