@@ -136,9 +136,7 @@ async def test_a_worker_started_beside_empty_tables_never_scans_them(fresh_url: 
         finally:
             await store.close()
         after = await _scans(conn)
-        succeeded = await conn.fetchval(
-            "SELECT count(*) FROM workflows WHERE status = 'succeeded'"
-        )
+        succeeded = await conn.fetchval("SELECT count(*) FROM workflows WHERE status = 'succeeded'")
     finally:
         await conn.close()
     assert succeeded == total
