@@ -17,13 +17,11 @@ transaction that is rolled back, in two situations:
 
 The figure is the median with waiting rows; the floor is the median without,
 from the same rounds; the target bounds the ratio. Each case runs on a fresh
-prepared statement, under the store's own connection settings
-forced to generic plans (``plan_cache_mode = force_generic_plan``, which a URL's
-``?plan_cache_mode=`` sets: each statement is planned once). The other rows run the
-same claims under PostgreSQL's default plan cache (``auto``, the store's own setting
-since the ``plans`` scenario showed generic plans frozen on empty tables), which, with
-this many rows waiting, plans every claim anew (``pg_prepared_statements`` counts the
-custom plans).
+prepared statement, under the store's own connection settings (``plan_cache_mode =
+force_generic_plan``: each statement is planned once). The other rows run the same
+claims under PostgreSQL's default plan cache (``auto``, the store's setting before; a
+URL's ``?plan_cache_mode=auto`` chooses it), which, with this many rows waiting, plans
+every claim anew (``pg_prepared_statements`` counts the custom plans).
 """
 
 from __future__ import annotations
@@ -183,7 +181,7 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
                 f"{round_trip}; {history:,} settled rows beside"
             )
         else:
-            figure.name += ", PostgreSQL's default plan cache (the store's)"
+            figure.name += ", PostgreSQL's default plan cache (auto)"
             figure.note = (
                 f"plan_cache_mode = auto: custom plans {present.custom(key)} with, "
                 f"{without.custom(key)} without"
