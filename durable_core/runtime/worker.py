@@ -118,7 +118,7 @@ class WorkflowWorker:
 
     @property
     def in_flight(self) -> int:
-        """How many workflows this worker is running now."""
+        """How many workflows this worker is running now, those settling included."""
         return self._in_flight
 
     @property
@@ -260,7 +260,7 @@ class WorkflowWorker:
             concurrency=self.config.concurrency,
             queues=tuple(queue.name for queue in self.served()),
             names=tuple(self.registry.names()),
-            in_flight=self._in_flight,
+            in_flight=self._bodies,
             started_at=self._started_at,
             heartbeat_at=self._started_at,
             expires_at=self._started_at,

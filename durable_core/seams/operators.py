@@ -67,6 +67,7 @@ class WorkerRecord:
     names: tuple[str, ...]
     """The workflow names it runs (in every one of its queues)."""
     in_flight: int
+    """The slots it holds: workflows whose bodies run (one settling holds none)."""
     started_at: datetime
     heartbeat_at: datetime
     expires_at: datetime

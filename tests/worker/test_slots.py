@@ -85,6 +85,7 @@ async def _settles_overlap_claims(store: HeldSettlements, worker: WorkflowWorker
     await anyio.sleep(0.3)
     assert worker.claimed_total == 2 and len(bodies) == 2
     assert worker.in_flight == 2
+    assert worker.record().in_flight == 0, "the registry shows slots: settling holds none"
 
 
 async def _abandon_beside_a_gathering_settlement(url: str, outcome: dict[str, Any]) -> None:
