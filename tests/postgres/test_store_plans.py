@@ -4,7 +4,7 @@ scans none of them however they grow; a URL's own settings still win."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import asyncpg
@@ -15,14 +15,11 @@ from durable_core.runtime.worker import WorkflowWorker
 from durable_core.seams.records import Settlement, StepWrite
 from durable_core.sql.schema import metadata, schema_versions
 from durable_postgres import PostgresStore
+from tests.conftest import drop_postgres_database, fresh_postgres_database
 
 pytestmark = pytest.mark.anyio
 
 TABLES = [table.name for table in metadata.sorted_tables if table is not schema_versions]
-
-
-def plain(url: str) -> str:
-    return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
 async def _settings(url: str) -> tuple[str, str]:
@@ -70,21 +67,13 @@ class _Draining(PostgresStore):
 
 
 @pytest.fixture
-async def fresh_url(postgres_url: str) -> str:
+async def fresh_url(postgres_url: str) -> AsyncIterator[str]:
     """A database of its own (its scan counters are this test's alone), schema applied."""
-    base, sep, query = plain(postgres_url).partition("?")
-    root, _, name = base.rpartition("/")
-    own = f"{name}_plans"
-    admin = await asyncpg.connect(f"{root}/postgres{sep}{query}")
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{own}"')
-    finally:
-        await admin.close()
-    url = f"{root}/{own}{sep}{query}"
+    url = await fresh_postgres_database(postgres_url, "durable_plans")
     async with PostgresStore(url) as store:
         await store.apply_schema()
-    return url
+    yield url
+    await drop_postgres_database(url)
 
 
 async def _scans(conn: asyncpg.Connection) -> int:
