@@ -126,5 +126,5 @@ async def test_an_abandoned_worker_fails_the_writes_still_gathering(
     await anyio.to_thread.run_sync(worker.join, 120)
     assert not worker.is_alive(), "the abandoned worker hung on a write still gathering"
     assert outcome == {"abandoned": True}
-    statuses = [(await handle.info()).status for handle in handles]
-    assert statuses == [WorkflowStatus.RUNNING, WorkflowStatus.RUNNING, WorkflowStatus.PENDING]
+    statuses = sorted([(await handle.info()).status.value for handle in handles])
+    assert statuses == ["pending", "running", "running"]  # the two claimed, in any order
