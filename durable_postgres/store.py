@@ -129,7 +129,9 @@ class PostgresStore(SQLStore):
     socket). ``min_size``/``max_size`` bound the pool; other keyword arguments go
     to :func:`asyncpg.create_pool` and :func:`asyncpg.connect`. ``listen=False``
     (or ``?durable_listen=off`` in the URL) turns ``LISTEN`` off: workers then
-    find new work by polling alone.
+    find new work by polling alone. Its connections plan each statement once and never
+    as a sequential scan (``plan_cache_mode = force_generic_plan``, ``enable_seqscan =
+    off``); a URL's own ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins.
     """
 
     statements: PostgresStatements
