@@ -47,8 +47,8 @@ _POOL_ONLY_OPTIONS = frozenset(
 # force_generic_plan``), and never as a sequential scan where an index serves it
 # (``enable_seqscan = off``): every statement the store sends has its index. Left to
 # itself (``auto``), PostgreSQL re-planned the claim and the settle on every call once the
-# tables had statistics (planning cost three times running them), and on tables never
-# analysed kept plans that scan ``workflows`` once per workflow; a generic plan alone
+# tables had statistics (planning cost twice running them or more), and on tables never
+# analysed kept plans that scan ``workflows`` twice per workflow; a generic plan alone
 # froze such a scan, made beside empty tables (bench ``plans``). Queries that must be
 # planned for their values (listing with filters) plan so locally. A URL's
 # ``?plan_cache_mode=...`` or ``?enable_seqscan=...`` still sets either.
