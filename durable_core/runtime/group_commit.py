@@ -269,12 +269,10 @@ class GroupCommit:
         all of them: the database would wait for the worker, then the worker for the
         database); else wake the flusher. Shielded: the flush is every writer's in it,
         not this one's."""
-        batch = self._batch
         if not (
             self.flushes_in_flight > 1
             and self._in_flight < self.flushes_in_flight
-            and len(batch.steps) + len(batch.settlements) + len(self._unsent)
-            >= self.flush_min_batch
+            and self._gathered() >= self.flush_min_batch
         ):
             self._ready()
             return
