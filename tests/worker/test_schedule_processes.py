@@ -86,8 +86,13 @@ async def test_a_schedule_keeps_one_workflow_per_tick_across_a_sigkilled_worker(
     pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
 ) -> None:
     """A worker SIGKILLed while ticks are firing loses none and doubles none: firing a tick
-    is one transaction (the next tick and the workflow), so the survivor fires every tick."""
-    procs = [workers.start("--app", "tests.worker.scheduled_app") for _ in range(2)]
+    is one transaction (the next tick and the workflow), so the survivor fires every tick.
+    A tick's workflow the kill interrupts is the survivor's once its lease expires; its
+    budget of two attempts lets it finish (a budget of one would fail it, by design)."""
+    procs = [
+        workers.start("--app", "tests.worker.scheduled_app", WORKFLOW_LOCK_TIMEOUT_SECS=3)
+        for _ in range(2)
+    ]
 
     async def all_started() -> bool:
         return all("started: concurrency" in workers.log(proc) for proc in procs)
@@ -95,13 +100,15 @@ async def test_a_schedule_keeps_one_workflow_per_tick_across_a_sigkilled_worker(
     await eventually(all_started, timeout=30, what="two workers started")
     client = DurableClient(pg)
     every_second = Schedule("* * * * * *", args=("tick",))
-    await client.add_schedule("crash-tick", scheduled_app.ticked, every_second)
+    await client.add_schedule("crash-tick", scheduled_app.ticked_twice, every_second)
     await anyio.sleep(2.5)
     procs[0].kill()
     procs[0].wait(timeout=10)
     await anyio.sleep(3.0)
     await client.pause_schedule("crash-tick")
-    rows = await sql.fetch("SELECT id, headers FROM workflows WHERE name = 'scheduled.ticked'")
+    rows = await sql.fetch(
+        "SELECT id, headers FROM workflows WHERE name = 'scheduled.ticked_twice'"
+    )
     ticks = sorted(
         datetime.fromisoformat(json.loads(r["headers"])["durable-schedule-tick"]) for r in rows
     )
