@@ -147,6 +147,47 @@ class _Statements:
         await self.target.executemany(compiled.sql, [compiled.args(p) for p in params])
 
 
+class HeldConnection:
+    """A pooled connection one task keeps for the statements it sends one after another
+    (the group commit's flushes, the claims): each skips the pool's acquire and release,
+    about 40 µs of the worker's CPU and as much of each round trip.
+
+    A statement sent while another is in flight goes through the pool. A statement that
+    fails or is cancelled gives its connection back (the pool waits for the server to
+    cancel it, and replaces a broken one), and the next takes another. The connector
+    takes it back when it closes.
+    """
+
+    def __init__(self, connector: AsyncpgConnector) -> None:
+        self.connector = connector
+        self._conn: Any = None
+        self.busy = False
+        """A statement of this connection is in flight."""
+
+    async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Any:
+        if self.busy:
+            return await self.connector.fetch(statement, params)
+        compiled = self.connector.compiled(statement)
+        self.busy = True
+        try:
+            conn = self._conn
+            if conn is None:
+                conn = self._conn = await self.connector.pool.acquire()
+            return await conn.fetch(compiled.sql, *compiled.args(params))
+        except BaseException:  # asyncpg cancels a cancelled statement on the server first
+            await self.release()
+            raise
+        finally:
+            self.busy = False
+
+    async def release(self) -> None:
+        """Give the connection back to the pool (the next statement takes another)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with anyio.CancelScope(shield=True):
+                await self.connector.pool.release(conn)
+
+
 class AsyncpgConnector(_Statements):
     """A pool of asyncpg connections running compiled Core statements.
 
@@ -169,6 +210,7 @@ class AsyncpgConnector(_Statements):
         self.pool_options = {"reset": keep_session, **(pool_options or {})}
         self.connect_options = dict(connect_options or {})
         self._compiled: dict[int, tuple[sa.Executable, Compiled]] = {}
+        self._held: list[HeldConnection] = []
         super().__init__(self.compile_once, None)
 
     @property
@@ -189,6 +231,16 @@ class AsyncpgConnector(_Statements):
         self._compiled[id(statement)] = (statement, compiled)
         return compiled
 
+    def held(self) -> AsyncpgConnector | HeldConnection:
+        """A connection for one task's statements, kept between them (see
+        :class:`HeldConnection`); the pool itself when it is too small to spare one and
+        still leave two to every other statement."""
+        if self.max_size - len(self._held) - 1 < 2:
+            return self
+        held = HeldConnection(self)
+        self._held.append(held)
+        return held
+
     async def connect(self, timeout: float | None = None) -> asyncpg.Connection:
         """A connection of its own, outside the pool (for ``LISTEN``)."""
         return await asyncpg.connect(self.dsn, timeout=timeout, **self.connect_options)
@@ -204,6 +256,10 @@ class AsyncpgConnector(_Statements):
             )
 
     async def close(self) -> None:
+        if self.target is not None:
+            for held in self._held:
+                if not held.busy:  # one in flight fails as the pool closes under it
+                    await held.release()
         pool, self.target = self.target, None
         if pool is not None:
             try:

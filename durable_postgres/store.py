@@ -173,6 +173,10 @@ class PostgresStore(SQLStore):
             else None
         )
         self._wakeup: anyio.Event | None = None
+        self._flusher = self.connector.held()
+        """The connection the group commit's flushes go over."""
+        self._claimer = self.connector.held()
+        """The connection the claims go over."""
         self._flushes: dict[frozenset[str], sa.Executable] = {}
         """The flush statement for each mix of writes, built when first needed."""
         self._schedule_handlers: list[Callable[[], None]] = []
@@ -212,7 +216,7 @@ class PostgresStore(SQLStore):
         if statement is None:
             statement = self._flushes[kinds] = flush.flush_statement(kinds)
         params = flush.flush_params(steps, settlements)
-        [row] = await self._fetch("write_batch", statement, params)
+        [row] = await self._fetch("write_batch", statement, params, on=self._flusher)
         return flush.landed(row, steps, settlements)
 
     # -- claiming -------------------------------------------------------------
@@ -250,7 +254,7 @@ class PostgresStore(SQLStore):
         else:
             shared = any(route.take < limit for route in routes)
             claim = self.statements.claim if shared else self.statements.plain_claim
-            rows = await self._fetch("claim", claim, params)
+            rows = await self._fetch("claim", claim, params, on=self._claimer)
         if listener is not None and listening:
             listener.caught_up()
         # The next claim walks a keyed lane's keys from after the last one served here.

@@ -18,7 +18,7 @@ from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
 from ..redaction import redact
 from ..seams.records import Lease, NewWorkflow
 from . import errors, migrations
-from .connector import Connector, Params, Row, Session
+from .connector import Connector, Fetcher, Params, Row, Session
 from .dialect import SQLDialect
 from .repeats import check_repeats, unique_starts
 from .rules import wf
@@ -131,10 +131,12 @@ class SQLStoreBase:
             raise failed from exc
 
     async def _fetch(
-        self, operation: str, statement: sa.Executable, params: Params
+        self, operation: str, statement: sa.Executable, params: Params, *, on: Fetcher | None = None
     ) -> Sequence[Row]:
+        """``statement``'s rows, sent by the connector or by ``on`` (a connection one task
+        keeps)."""
         with self._translated(operation) as connector:
-            return await connector.fetch(statement, self.dialect.bind_clock(params))
+            return await (on or connector).fetch(statement, self.dialect.bind_clock(params))
 
     async def _execute(self, operation: str, statement: sa.Executable, params: Params) -> int:
         with self._translated(operation) as connector:

@@ -33,12 +33,16 @@ class Row(Protocol):
 Params = Mapping[str, Any]
 
 
-class Session(Protocol):
-    """Runs statements; inside :meth:`Connector.transaction`, all in one transaction."""
+class Fetcher(Protocol):
+    """Sends a statement and returns its rows."""
 
     async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
         """The rows the statement returns."""
         ...
+
+
+class Session(Fetcher, Protocol):
+    """Runs statements; inside :meth:`Connector.transaction`, all in one transaction."""
 
     async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
         """Run the statement; return how many rows it matched."""
