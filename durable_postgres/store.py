@@ -131,7 +131,9 @@ class PostgresStore(SQLStore):
     (or ``?durable_listen=off`` in the URL) turns ``LISTEN`` off: workers then
     find new work by polling alone. Its connections plan each statement once and never
     as a sequential scan (``plan_cache_mode = force_generic_plan``, ``enable_seqscan =
-    off``); a URL's own ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins.
+    off``); a URL's own ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins. A worker's
+    flushes and claims each keep a connection of the pool (see
+    :class:`~durable_postgres.connector.HeldConnection`) when it can spare them.
     """
 
     statements: PostgresStatements
