@@ -43,7 +43,8 @@ from ..errors import LeaseLostError, StoreUnavailableError
 from ..seams.plugins import observers
 from ..seams.records import Lease, Settlement, StepStatus, StepWrite, Wait
 from ..seams.store import BatchWriter, Store
-from .batches import UNWRITTEN, WRITING, WRITTEN, Batch, Owed, Start, with_step
+from .batches import WRITING, WRITTEN, Batch, Owed, Start, with_step
+from .step_tries import StepTries
 
 
 class GroupStore(Store, BatchWriter, Protocol):
@@ -80,10 +81,7 @@ class GroupCommit:
         """The flusher has stopped (the worker is cancelled): a write handed over now fails
         at once, as a flush cut short does, instead of waiting for a flush that never comes."""
         self._in_flight = 0
-        self._starts: dict[str, dict[int, Start]] = {}
-        """The step tries begun and not ended, by workflow and step index."""
-        self._unwritten: dict[tuple[str, int], Start] = {}
-        """The steps whose ``running`` row is not written, oldest first."""
+        self._tries = StepTries()
         self._stepping: set[str] = set()
         """The workflows with step writes in the gathering batch."""
         self._owed: dict[str, list[Owed]] = {}
@@ -100,18 +98,15 @@ class GroupCommit:
         ``running`` row is written if it runs long."""
         if lease.workflow_id in self._owed:
             await self._pay(lease)
-        key = (lease.workflow_id, step_index)
-        start = Start(lease, step_index, step_name, input, time.monotonic(), path)
-        self._starts.setdefault(lease.workflow_id, {})[step_index] = start
-        if self.step_row_after <= 0:
+        late = self.step_row_after > 0
+        start = self._tries.begin(lease, step_index, step_name, input, path, row_late=late)
+        if not late:
             batch = self._carry([start])
             await batch.flushed()
             if batch.error is not None:
                 raise batch.error
             if start.state != WRITTEN:
                 raise _lost(lease, f"recording step {step_index} ({step_name})")
-            return
-        self._unwritten[key] = start
 
     async def complete_step(self, lease: Lease, step_index: int, output: str) -> None:
         """The step's try succeeded with ``output``."""
@@ -211,8 +206,7 @@ class GroupCommit:
     def forget(self, workflow_id: str) -> None:
         """The attempt of ``workflow_id`` ended: drop the steps it left unended (its body
         was cancelled inside them)."""
-        for index in self._starts.pop(workflow_id, {}):
-            self._unwritten.pop((workflow_id, index), None)
+        self._tries.forget(workflow_id)
         for owed in self._owed.pop(workflow_id, ()):
             owed.folded = True  # not sent: the attempt is over
 
@@ -337,7 +331,7 @@ class GroupCommit:
             if self.flushes_in_flight > 1:
                 self._in_flight -= 1
                 self._ready()
-        self._started(batch)
+        self._tries.written(batch, again=self.step_row_after > 0)
         self.flushes += 1
         self.writes += writes
         batch.end()
@@ -346,14 +340,7 @@ class GroupCommit:
         """Write the ``running`` row of every step that has run ``step_row_after`` seconds."""
         while True:
             await anyio.sleep(self.step_row_after)
-            now = time.monotonic()
-            due: list[Start] = []
-            for start in self._unwritten.values():
-                if now - start.began < self.step_row_after:
-                    break  # the rest began later
-                due.append(start)
-            for start in due:
-                del self._unwritten[(start.lease.workflow_id, start.index)]
+            due = self._tries.due(self.step_row_after)
             if due:
                 self._carry(due)
 
@@ -362,38 +349,11 @@ class GroupCommit:
         batch = self._batch
         for start in starts:
             start.state, start.carrier = WRITING, batch
-            batch.starts.append((self._add_step(self._running_row(start)), start))
+            batch.starts.append((self._add_step(StepTries.running_row(start)), start))
         self._ready()
         return batch
 
-    def _started(self, batch: Batch) -> None:
-        """The flush carrying ``batch`` ended: the ``running`` rows it carried are written,
-        or (refused, or the flush failed) not; a long step's row is tried again at the
-        next tick."""
-        failed = batch.error is not None
-        for position, start in batch.starts:
-            if not failed and batch.landed_steps[position]:
-                start.state = WRITTEN
-                continue
-            key = (start.lease.workflow_id, start.index)
-            if self._starts.get(key[0], {}).get(key[1]) is start:
-                start.state = UNWRITTEN
-                if failed and self.step_row_after > 0:
-                    self._unwritten[key] = start
-
     # -- helpers -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _running_row(start: Start) -> StepWrite:
-        return StepWrite(
-            start.lease,
-            start.index,
-            start.name,
-            StepStatus.RUNNING,
-            start.input,
-            began=start.began,
-            path=start.path,
-        )
 
     async def _end_step(
         self,
@@ -412,36 +372,14 @@ class GroupCommit:
 
     def _begun(self, lease: Lease, index: int) -> Start:
         """The try of step ``index`` that began under ``lease``."""
-        begun = self._starts.get(lease.workflow_id)
-        start = None if begun is None else begun.get(index)
+        start = self._tries.get(lease, index)
         if start is None:
             raise _lost(lease, f"ending step {index}, which did not begin under this lease")
         return start
 
     def _end(self, start: Start, status: StepStatus, output: str | None, error: str | None) -> None:
-        """End the try ``start`` (its ``running`` row, if any, no longer being written):
-        its end is written behind."""
-        workflow, index = start.lease.workflow_id, start.index
-        begun = self._starts[workflow]
-        del begun[index]
-        if not begun:
-            del self._starts[workflow]
-        if start.state == UNWRITTEN:
-            self._unwritten.pop((workflow, index), None)
-        self._owe(
-            StepWrite(
-                start.lease,
-                index,
-                start.name,
-                status,
-                start.input,
-                output,
-                error,
-                start.state != WRITTEN,
-                start.began,
-                start.path,
-            )
-        )
+        """End the try ``start``: its end is written behind."""
+        self._owe(self._tries.end(start, status, output, error))
 
     # -- the short path: a step's start and end that need not wait -----------------------------
 
@@ -453,16 +391,13 @@ class GroupCommit:
         done) otherwise."""
         if self.step_row_after <= 0 or lease.workflow_id in self._owed:
             return False
-        start = Start(lease, step_index, step_name, input, time.monotonic(), path)
-        self._starts.setdefault(lease.workflow_id, {})[step_index] = start
-        self._unwritten[(lease.workflow_id, step_index)] = start
+        self._tries.begin(lease, step_index, step_name, input, path, row_late=True)
         return True
 
     def completed_now(self, lease: Lease, step_index: int, output: str) -> bool:
         """:meth:`complete_step` at once, without a coroutine, when it would not wait (the
         step's ``running`` row is not being written); ``False`` (nothing done) otherwise."""
-        begun = self._starts.get(lease.workflow_id)
-        start = None if begun is None else begun.get(step_index)
+        start = self._tries.get(lease, step_index)
         if start is None or start.state == WRITING:
             return False  # (a step that did not begin is refused by complete_step)
         self._end(start, StepStatus.SUCCEEDED, output, None)
