@@ -10,7 +10,7 @@ engine is used only to upgrade the schema.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -161,6 +161,8 @@ class HeldConnection:
     def __init__(self, connector: AsyncpgConnector) -> None:
         self.connector = connector
         self._conn: Any = None
+        self._pool: asyncpg.Pool | None = None
+        """The pool ``_conn`` came from (the connector's, unless it closed since)."""
         self.busy = False
         """A statement of this connection is in flight."""
 
@@ -172,20 +174,24 @@ class HeldConnection:
         try:
             conn = self._conn
             if conn is None:
-                conn = self._conn = await self.connector.pool.acquire()
+                self._pool = pool = self.connector.pool
+                conn = self._conn = await pool.acquire()
             return await conn.fetch(compiled.sql, *compiled.args(params))
         except BaseException:  # asyncpg cancels a cancelled statement on the server first
             await self.release()
             raise
         finally:
             self.busy = False
+            if self._pool is not self.connector.target:
+                await self.release()  # the connector closed while the statement ran
 
     async def release(self) -> None:
         """Give the connection back to the pool (the next statement takes another)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with anyio.CancelScope(shield=True):
-                await self.connector.pool.release(conn)
+        conn, pool, self._conn, self._pool = self._conn, self._pool, None, None
+        if conn is not None and pool is not None:
+            # Its pool may have been closed under it, closing its connections too.
+            with anyio.CancelScope(shield=True), suppress(asyncpg.InterfaceError):
+                await pool.release(conn)
 
 
 class AsyncpgConnector(_Statements):

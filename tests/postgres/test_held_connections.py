@@ -129,3 +129,32 @@ async def test_a_pool_too_small_to_spare_one_keeps_none(postgres_url: str) -> No
         assert store.connector.held() is store.connector
     async with PostgresStore(postgres_url, max_size=2) as store:
         assert store._flusher is store.connector and store._claimer is store.connector
+
+
+async def test_a_store_closed_under_a_statement_lets_it_finish_and_reopens(
+    postgres_url: str,
+) -> None:
+    """The statement in flight when the store closes finishes and gives its connection
+    back (the pool's close waits for it); reopened, the store's held connection takes a
+    connection of the new pool, not the one the old pool closed."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    held = store.connector.held()
+    assert isinstance(held, HeldConnection)
+    slept: list[object] = []
+
+    async def slow() -> None:
+        [row] = await store._fetch("held", SLEEP, {"seconds": 0.5}, on=held)
+        slept.append(row["slept"])
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(slow)
+        while not held.busy:
+            await anyio.lowlevel.checkpoint()
+        await store.close()
+    assert slept == [None], "the statement in flight finished"
+    await store.open()
+    try:
+        assert await pid(held) > 0
+    finally:
+        await store.close()
