@@ -90,7 +90,7 @@ async def test_a_schedule_keeps_one_workflow_per_tick_across_a_sigkilled_worker(
     A tick's workflow the kill interrupts is the survivor's once its lease expires; its
     budget of two attempts lets it finish (a budget of one would fail it, by design)."""
     procs = [
-        workers.start("--app", "tests.worker.scheduled_app", WORKFLOW_LOCK_TIMEOUT_SECS=3)
+        workers.start("--app", "tests.worker.scheduled_app", WORKFLOW_LOCK_TIMEOUT_SECS=5)
         for _ in range(2)
     ]
 
