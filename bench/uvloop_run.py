@@ -1,9 +1,9 @@
 """``python -m bench.uvloop_run worker ...``: the ``durable`` command on uvloop's event loop.
 
-The framework runs its commands with ``anyio.run`` on asyncio's default loop; this
-sets uvloop's event loop policy first, so the same worker runs on uvloop. Used by the
-bench to measure whether uvloop pays (``bench.profile_worker --uvloop``); needs
-``pip install uvloop``, which is in no extra: it did not pay (``bench/RESULTS.md``).
+``durable worker`` itself runs on uvloop when it is installed (``DURABLE_EVENT_LOOP``);
+this sets uvloop's event loop policy for any command, so the bench can compare the two
+(``bench.profile_worker --uvloop``, with ``DURABLE_EVENT_LOOP=asyncio`` for the other);
+needs ``pip install 'durable-core[uvloop]'`` (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,8 @@ EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"
 APP_ENV = "DURABLE_APP"
 LOG_LEVEL_ENV = "DURABLE_LOG_LEVEL"
 LOG_FORMAT_ENV = "DURABLE_LOG_FORMAT"
+EVENT_LOOP_ENV = "DURABLE_EVENT_LOOP"
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 DEFAULT_EMBEDDED_DIR = ".durable/pgdata"
 
 logger = get_logger("durable_core.cli")
@@ -195,3 +197,27 @@ def app_modules(args: argparse.Namespace) -> list[str]:
     if args.app:
         return list(args.app)
     return [name.strip() for name in os.environ.get(APP_ENV, "").split(",") if name.strip()]
+
+
+def event_loop_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``anyio.run``'s backend options for the event loop ``$DURABLE_EVENT_LOOP`` names:
+    ``auto`` (the default) runs on uvloop when it is installed (``durable-core[uvloop]``),
+    else on asyncio's own loop; ``uvloop`` requires it; ``asyncio`` never uses it."""
+    env = os.environ if environ is None else environ
+    chosen = (env.get(EVENT_LOOP_ENV) or "auto").strip().lower()
+    if chosen not in EVENT_LOOPS:
+        raise ConfigurationError(
+            f"{EVENT_LOOP_ENV}={chosen!r}: use one of {', '.join(EVENT_LOOPS)}"
+        )
+    if chosen == "asyncio":
+        return {}
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        if chosen == "uvloop":
+            raise ConfigurationError(
+                f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: "
+                "pip install 'durable-core[uvloop]'"
+            ) from None
+        return {}
+    return {"use_uvloop": True}

@@ -23,6 +23,7 @@ from .common import (
     APP_ENV,
     app_modules,
     embedded_folder,
+    event_loop_options,
     import_app,
     json_option,
     opened_store,
@@ -139,9 +140,10 @@ def _worker_command(args: argparse.Namespace) -> int:
     """``durable worker``: one worker in this process, or (``--processes`` N > 1) a
     supervisor of N worker processes (:mod:`.supervisor`)."""
     supervised = Supervised.from_env()
+    loop = event_loop_options()
     if supervised is not None:
         try:
-            return anyio.run(_worker, args, supervised)
+            return anyio.run(_worker, args, supervised, backend_options=loop)
         except (FrameworkError, BaseExceptionGroup) as exc:
             error = single_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
             if not isinstance(error, FrameworkError):
@@ -153,7 +155,7 @@ def _worker_command(args: argparse.Namespace) -> int:
             supervised.close()
     count = process_count(args.processes)
     if count == 1:
-        return anyio.run(_worker, args, None)
+        return anyio.run(_worker, args, None, backend_options=loop)
     if args.embedded:
         raise ConfigurationError(
             "--embedded runs one worker process: give --database-url (or "

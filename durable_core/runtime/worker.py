@@ -9,6 +9,7 @@ reclaims them (``attempts`` goes up), so nothing is lost either way.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import signal
@@ -209,13 +210,14 @@ class WorkflowWorker:
         self._started_at = utcnow()
         logger.info(
             "worker %s started: concurrency %d, lock timeout %ss, poll %sms, %d workflows, "
-            "queues %s, on %s",
+            "queues %s, event loop %s, on %s",
             self.worker_id,
             self.config.concurrency,
             self.config.lock_timeout_secs,
             self.config.poll_interval_ms,
             len(self.registry.names()),
             ", ".join(queue.name for queue in self.served()),
+            type(asyncio.get_running_loop()).__module__.partition(".")[0],
             self.store.description,
             extra={"worker_id": self.worker_id},
         )

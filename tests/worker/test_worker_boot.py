@@ -94,3 +94,22 @@ async def test_tables_dropped_under_a_running_worker_stop_it_with_one_line(
         log.splitlines()[-1].startswith("durable: error: claim on PostgreSQL ")
         and "the durable tables are missing" in log.splitlines()[-1]
     )
+
+
+async def test_the_worker_runs_on_the_event_loop_it_is_told(
+    pg: PostgresStore, workers: Workers
+) -> None:
+    """uvloop by default (installed with the dev extras), asyncio's own loop when told,
+    and an unknown loop is one line and exit 2."""
+    on_uvloop = workers.start()
+    on_asyncio = workers.start(DURABLE_EVENT_LOOP="asyncio")
+
+    async def both_started() -> bool:
+        return all("started: concurrency" in workers.log(p) for p in (on_uvloop, on_asyncio))
+
+    await eventually(both_started, timeout=60, what="two workers started")
+    assert "event loop uvloop" in workers.log(on_uvloop)
+    assert "event loop asyncio" in workers.log(on_asyncio)
+    assert refusal(workers, workers.start(DURABLE_EVENT_LOOP="trio")) == [
+        "durable: error: DURABLE_EVENT_LOOP='trio': use one of auto, uvloop, asyncio"
+    ]
