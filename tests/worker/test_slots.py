@@ -5,7 +5,8 @@ most ``concurrency`` more settle at once."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -46,29 +47,39 @@ class HeldSettlements(PostgresStore):
         return landed
 
 
+@asynccontextmanager
+async def _worker_holding_settlements(
+    url: str,
+) -> AsyncIterator[tuple[HeldSettlements, WorkflowWorker]]:
+    """A worker at concurrency 1 on a store that holds its settlements."""
+    store = HeldSettlements(url)
+    await store.open()
+    try:
+        yield store, WorkflowWorker(store, WorkflowConfig(concurrency=1, poll_interval_ms=50))
+    finally:
+        await store.close()
+
+
 async def test_a_body_that_ended_frees_its_slot_while_its_settlement_commits(
     pg: PostgresStore, postgres_url: str
 ) -> None:
     bodies.clear()
     handles = await DurableClient(pg).start_workflows(quick, [(0,), (1,), (2,)])
-    store = HeldSettlements(postgres_url)
-    await store.open()
-    worker = WorkflowWorker(store, WorkflowConfig(concurrency=1, poll_interval_ms=50))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
-            try:
-                await _settles_overlap_claims(store, worker)
-            finally:
-                store.release.set()
+    async with (
+        _worker_holding_settlements(postgres_url) as (store, worker),
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(worker.run)
+        try:
+            await _settles_overlap_claims(store, worker)
+        finally:
+            store.release.set()
 
-            async def all_settled() -> bool:
-                return store.settled == 3
+        async def all_settled() -> bool:
+            return store.settled == 3
 
-            await eventually(all_settled, timeout=60, what="every settlement")
-            worker.stop()
-    finally:
-        await store.close()
+        await eventually(all_settled, timeout=60, what="every settlement")
+        worker.stop()
     assert sorted(bodies) == [0, 1, 2]
     for handle in handles:
         assert (await handle.info()).status is WorkflowStatus.SUCCEEDED
@@ -89,21 +100,18 @@ async def _settles_overlap_claims(store: HeldSettlements, worker: WorkflowWorker
 
 
 async def _abandon_beside_a_gathering_settlement(url: str, outcome: dict[str, Any]) -> None:
-    store = HeldSettlements(url)
-    await store.open()
-    worker = WorkflowWorker(store, WorkflowConfig(concurrency=1, poll_interval_ms=50))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
+    async with (
+        _worker_holding_settlements(url) as (_, worker),
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(worker.run)
 
-            async def second_settles() -> bool:
-                return len(bodies) >= 2 and worker.in_flight == 2
+        async def second_settles() -> bool:
+            return len(bodies) >= 2 and worker.in_flight == 2
 
-            await eventually(second_settles, timeout=60, what="two workflows settling")
-            worker.abandon()
+        await eventually(second_settles, timeout=60, what="two workflows settling")
+        worker.abandon()
         outcome["abandoned"] = worker.abandoned
-    finally:
-        await store.close()
 
 
 async def test_an_abandoned_worker_fails_the_writes_still_gathering(
