@@ -148,6 +148,45 @@ async def test_one_flush_writes_every_row_and_refuses_a_zombies_one_by_one(
     )
 
 
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        # Texts the flush's packing cannot carry (a separator inside, the NULL element
+        # itself) beside ones it can; a lone empty text; None among texts.
+        ["a\x1fb", "\x1e", "", None, "plain"],
+        [""],
+        ["x\x1e", "", "\x1f"],
+        [None, "1"],
+    ],
+)
+async def test_a_flush_writes_every_text_as_given(
+    pg: PostgresStore, sql: asyncpg.Connection, outputs: list[str | None]
+) -> None:
+    claimed = await leased(pg, len(outputs))
+    steps = [
+        step(w.lease, 0, StepStatus.SUCCEEDED, output=output, path=f"p{n}\x1f")
+        for n, (w, output) in enumerate(zip(claimed, outputs, strict=True))
+    ]
+    settlements = [
+        Settlement(w.lease, WorkflowStatus.SUCCEEDED, output=o)
+        for w, o in zip(claimed, outputs, strict=True)
+    ]
+    assert await pg.write_batch(steps, settlements) == ([True] * len(steps), [True] * len(steps))
+    ids = [w.lease.workflow_id for w in claimed]
+    rows = await sql.fetch(
+        "SELECT s.output AS step_output, s.path, w.output FROM workflow_steps s"
+        " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ANY($1)",
+        ids,
+    )
+    assert len(rows) == len(outputs)
+    by_path = {r["path"]: r for r in rows}
+    for n, output in enumerate(outputs):
+        assert (by_path[f"p{n}\x1f"]["step_output"], by_path[f"p{n}\x1f"]["output"]) == (
+            output,
+            output,
+        )
+
+
 async def test_a_step_ended_after_its_running_row_keeps_one_try_and_its_start(
     pg: PostgresStore, sql: asyncpg.Connection
 ) -> None:
