@@ -4,10 +4,9 @@ Each write arrives as one element of parallel columns (``unnest``; a text column
 into one text, see :func:`_column`) and is fenced by its own lease, joined on the
 workflow row, so a write whose lease is gone is left out alone and never blocks the
 rest. The statement applies the rules of :mod:`durable_core.sql.rules` to those
-columns, as the single-row statements
-apply them to parameters: fencing (``holds``), the step upsert (``put_step``, a failed
-try with its history row by ``record_tries``), the settle (``settle``) and the
-attempt's history row (``attempt_row``).
+columns, as the single-row statements apply them to parameters: fencing (``holds``), the
+step upsert (``put_step``, a failed try with its history row by ``record_tries``), the
+settle (``settle``) and the attempt's history row (``attempt_row``).
 """
 
 from __future__ import annotations
