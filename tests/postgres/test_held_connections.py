@@ -25,12 +25,8 @@ SLEEP = sa.select(sa.func.pg_sleep(sa.bindparam("seconds", type_=sa.Float())).la
 
 @pytest.fixture
 async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(postgres_url)
-    await store.open()
-    try:
+    async with PostgresStore(postgres_url) as store:
         yield store
-    finally:
-        await store.close()
 
 
 async def pid(fetcher: HeldConnection | AsyncpgConnector) -> int:
