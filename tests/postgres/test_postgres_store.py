@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -302,6 +303,17 @@ async def test_concurrent_claimers_never_share_a_row(
     store: PostgresStore, other: PostgresStore, db: asyncpg.Connection
 ) -> None:
     total = 300
+    # A store's first claims connect its listener and its pool's connections (one at
+    # first): made on the empty queue, eight at once as below, so that neither claimer
+    # drains the queue while the other is still connecting (seen on a busy machine).
+    async with anyio.create_task_group() as warming:
+        for claimer in (store, other):
+            for _ in range(8):
+                warming.start_soon(
+                    functools.partial(
+                        claimer.claim, worker_id="warm", limit=1, lease_seconds=60, routes=ROUTES
+                    )
+                )
     await store.enqueue(new(total))
     got: dict[str, list[ClaimedWorkflow]] = {"a": [], "b": []}
 
