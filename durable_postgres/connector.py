@@ -58,6 +58,11 @@ class Compiled:
     def args(self, params: Params | None) -> list[Any]:
         """The positional arguments for ``params``."""
         given = params or {}
+        if not self.defaults:
+            try:
+                return [given[name] for name in self.names]
+            except KeyError:
+                pass  # the loop below names the missing parameter
         values = []
         for name in self.names:
             value = given.get(name, self.defaults.get(name, _MISSING))

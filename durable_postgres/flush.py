@@ -105,6 +105,11 @@ def _packed(values: list[str | None]) -> str | None:
     would not split back into ``values`` (an element holding the separator, one equal to
     the NULL element, or a lone empty text, which splits into no element; no values at
     all, which the empty array sends as cheaply)."""
+    if len(values) == 1:
+        [value] = values
+        if value is None:
+            return _NULL
+        return None if _SEP in value or value in ("", _NULL) else value
     if not values or _NULL in values:
         return None
     text = _SEP.join([_NULL if value is None else value for value in values])
@@ -254,35 +259,40 @@ def flush_statement(kinds: frozenset[str]) -> sa.Executable:
 
 def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> Params:
     """The parameters of :func:`flush_statement` for these writes (a new try's row starts
-    as long before the statement's ``now()`` as its try began before this call)."""
-    sent = time.monotonic()
+    as long before the statement's ``now()`` as its try began before this call): the
+    columns of the kinds of writes there are only, as the statement has only their parts."""
+    columns: dict[str, list[Any]] = {}
     last = [s.step for s in settlements if s.step is not None]
-    settling = [False] * len(steps) + [True] * len(last)
-    steps = [*steps, *last]
-    columns: dict[str, Any] = {
-        "s_workflow": [w.lease.workflow_id for w in steps],
-        "s_token": [w.lease.token for w in steps],
-        "s_step_index": [w.index for w in steps],
-        "s_step_name": [w.name for w in steps],
-        "s_status": [w.status.value for w in steps],
-        "s_input": [w.input for w in steps],
-        "s_output": [w.output for w in steps],
-        "s_error": [w.error for w in steps],
-        "s_new_try": [w.new_try for w in steps],
-        "s_ran": [0.0 if w.began is None else max(0.0, sent - w.began) for w in steps],
-        "s_settling": settling,
-        "s_path": [w.path for w in steps],
-        "x_workflow": [s.lease.workflow_id for s in settlements],
-        "x_token": [s.lease.token for s in settlements],
-        "x_status": [s.status.value for s in settlements],
-        "x_output": [s.output for s in settlements],
-        "x_error": [s.error for s in settlements],
-        "x_delay": [s.retry_delay_seconds for s in settlements],
-        "x_attempt_no": [s.lease.attempt for s in settlements],
-        "x_worker_name": [s.lease.worker_id for s in settlements],
-        "x_started": [s.lease.started_at for s in settlements],
-        "x_ended_as": [settled_outcome(s.status) for s in settlements],
-    }
+    if steps or last:
+        sent = time.monotonic()
+        rows = [*steps, *last]
+        columns.update(
+            s_workflow=[w.lease.workflow_id for w in rows],
+            s_token=[w.lease.token for w in rows],
+            s_step_index=[w.index for w in rows],
+            s_step_name=[w.name for w in rows],
+            s_status=[w.status.value for w in rows],
+            s_input=[w.input for w in rows],
+            s_output=[w.output for w in rows],
+            s_error=[w.error for w in rows],
+            s_new_try=[w.new_try for w in rows],
+            s_ran=[0.0 if w.began is None else max(0.0, sent - w.began) for w in rows],
+            s_settling=[False] * len(steps) + [True] * len(last),
+            s_path=[w.path for w in rows],
+        )
+    if settlements:
+        columns.update(
+            x_workflow=[s.lease.workflow_id for s in settlements],
+            x_token=[s.lease.token for s in settlements],
+            x_status=[s.status.value for s in settlements],
+            x_output=[s.output for s in settlements],
+            x_error=[s.error for s in settlements],
+            x_delay=[s.retry_delay_seconds for s in settlements],
+            x_attempt_no=[s.lease.attempt for s in settlements],
+            x_worker_name=[s.lease.worker_id for s in settlements],
+            x_started=[s.lease.started_at for s in settlements],
+            x_ended_as=[settled_outcome(s.status) for s in settlements],
+        )
     params: dict[str, Any] = {}
     for name, values in columns.items():
         if name in _TEXT:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import sqlalchemy as sa
 
@@ -122,21 +122,29 @@ class SQLStoreBase:
         connector = self._require_open()
         try:
             yield connector
-        except FrameworkError:
-            raise  # already says what went wrong
         except Exception as exc:
-            failed = self._failed(operation, exc)
-            if failed is exc:
-                raise
-            raise failed from exc
+            self._raise_translated(operation, exc)
+
+    def _raise_translated(self, operation: str, exc: Exception) -> NoReturn:
+        """Raise ``exc`` as the error a user sees (a :class:`FrameworkError` as it is)."""
+        if isinstance(exc, FrameworkError):
+            raise exc  # already says what went wrong
+        failed = self._failed(operation, exc)
+        if failed is exc:
+            raise exc
+        raise failed from exc
 
     async def _fetch(
         self, operation: str, statement: sa.Executable, params: Params, *, on: Fetcher | None = None
     ) -> Sequence[Row]:
         """``statement``'s rows, sent by the connector or by ``on`` (a connection one task
         keeps)."""
-        with self._translated(operation) as connector:
+        # The hot path (every flush and claim): :meth:`_translated` without its generator.
+        connector = self._require_open()
+        try:
             return await (on or connector).fetch(statement, self.dialect.bind_clock(params))
+        except Exception as exc:
+            self._raise_translated(operation, exc)
 
     async def _execute(self, operation: str, statement: sa.Executable, params: Params) -> int:
         with self._translated(operation) as connector:
