@@ -259,8 +259,9 @@ def flush_statement(kinds: frozenset[str]) -> sa.Executable:
 
 def flush_params(steps: Sequence[StepWrite], settlements: Sequence[Settlement]) -> Params:
     """The parameters of :func:`flush_statement` for these writes (a new try's row starts
-    as long before the statement's ``now()`` as its try began before this call): the
-    columns of the kinds of writes there are only, as the statement has only their parts."""
+    as long before the statement's ``now()`` as its try began before this call): only
+    the step columns when there are step rows and the settlement columns when there are
+    settlements, as :func:`flush_kinds` leaves the statement only those parts."""
     columns: dict[str, list[Any]] = {}
     last = [s.step for s in settlements if s.step is not None]
     if steps or last:
