@@ -154,22 +154,3 @@ async def test_a_store_closed_under_a_statement_lets_it_finish_and_reopens(
         assert await pid(held) > 0
     finally:
         await store.close()
-
-
-async def test_a_statement_takes_its_parameters_by_name(store: PostgresStore) -> None:
-    """Every parameter given, one left to its statement's own value, one missing: the
-    missing one is named, the defaulted one is sent as the statement gave it."""
-    both = sa.select(
-        (sa.bindparam("a", type_=sa.Integer()) + sa.bindparam("b", type_=sa.Integer())).label("n")
-    )
-    defaulted = sa.select(
-        (sa.bindparam("a", type_=sa.Integer()) + sa.bindparam("b", 40, type_=sa.Integer())).label(
-            "n"
-        )
-    )
-    [row] = await store.connector.fetch(both, {"a": 2, "b": 3})
-    assert row["n"] == 5
-    [row] = await store.connector.fetch(defaulted, {"a": 2})
-    assert row["n"] == 42
-    with pytest.raises(TypeError, match="no value for parameter 'b'"):
-        await store.connector.fetch(both, {"a": 2})

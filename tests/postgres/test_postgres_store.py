@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
+import sqlalchemy as sa
 
 from durable_core import DurableClient, workflow, workflow_step
 from durable_core.caller.backends import store_from_url
@@ -956,3 +957,22 @@ async def test_engine_runs_a_workflow_on_postgres(
     assert steps[0]["step_name"].endswith("pg_fetch_user")
     assert steps[1]["step_name"].endswith("pg_greet")
     assert [json.loads(s["output"]) for s in steps] == ["user:7", "hello user:7"]
+
+
+async def test_a_statement_takes_its_parameters_by_name(store: PostgresStore) -> None:
+    """Every parameter given, one left to its statement's own value, one missing: the
+    missing one is named, the defaulted one is sent as the statement gave it."""
+    both = sa.select(
+        (sa.bindparam("a", type_=sa.Integer()) + sa.bindparam("b", type_=sa.Integer())).label("n")
+    )
+    defaulted = sa.select(
+        (sa.bindparam("a", type_=sa.Integer()) + sa.bindparam("b", 40, type_=sa.Integer())).label(
+            "n"
+        )
+    )
+    [row] = await store.connector.fetch(both, {"a": 2, "b": 3})
+    assert row["n"] == 5
+    [row] = await store.connector.fetch(defaulted, {"a": 2})
+    assert row["n"] == 42
+    with pytest.raises(TypeError, match="no value for parameter 'b'"):
+        await store.connector.fetch(both, {"a": 2})

@@ -157,6 +157,9 @@ async def test_one_flush_writes_every_row_and_refuses_a_zombies_one_by_one(
         [""],
         ["x\x1e", "", "\x1f"],
         [None, "1"],
+        # One write alone: the NULL element as a value, a separator inside.
+        ["\x1e"],
+        ["a\x1fb"],
     ],
 )
 async def test_a_flush_writes_every_text_as_given(
