@@ -1,24 +1,31 @@
-"""A design probe: what the server would save if a claim and a settle were HOT updates.
+"""A design probe: what the project's schema costs the server on the hot path.
 
-``python -m bench.hot_probe [--url URL] [--count 4000] [--pairs 5] [--concurrency 32]``
-drains ``--count`` three-step workflows with the group-commit floor's writer
-(:class:`bench.group_floor.GroupCommitter`: one flush in flight, the floor's statements,
-every write fenced by its lease) and a claim loop in this process, in alternating turns
-on two databases beside the bench's:
+``python -m bench.schema_probe [--url URL] [--count 4000] [--pairs 5] [--concurrency 32]
+[--variants base,hot,nofk,both]`` drains ``--count`` three-step workflows with the
+group-commit floor's writer (:class:`bench.group_floor.GroupCommitter`: one flush in
+flight, the floor's statements, every write fenced by its lease) and a claim loop in
+this process, in turns whose order rotates from pair to pair, on a database of each
+variant beside the bench's (``<db>_probe_<variant>``):
 
-- ``<db>_probe_base``: the project's schema as it is. A claim and a settle each change
-  ``status``, which most indexes of ``workflows`` hold, so neither update is HOT: each
-  writes an entry into every index of the table.
-- ``<db>_probe_hot``: the same schema with every index that holds a column a claim or a
-  settle changes moved off ``workflows`` (:data:`HOT_SCHEMA`): the pending and running
-  rows in ``workflow_ready`` (lanes, due time or lease expiry, status; a claim updates
-  its row, a settle deletes it), the ended ones in ``workflow_ended`` (what the lists of
-  ended workflows need; a settle inserts it), ``workflows`` at fillfactor 70, so that
-  its two updates are HOT.
+- ``base``: the project's schema as it is. A claim and a settle each change ``status``,
+  which most indexes of ``workflows`` hold, so neither update is HOT: each writes an
+  entry into every index of the table. Each step row and attempt row inserted has its
+  foreign key checked (a query and a row lock on ``workflows`` per row).
+- ``hot``: every index that holds a column a claim or a settle changes moved off
+  ``workflows`` (:data:`HOT_SCHEMA`): the pending and running rows in ``workflow_ready``
+  (lanes, due time or lease expiry, status; a claim updates its row, a settle deletes
+  it), the ended ones in ``workflow_ended`` (what the lists of ended workflows need; a
+  settle inserts it), ``workflows`` at fillfactor 70, so that its two updates are HOT.
+- ``nofk``: the project's schema without the foreign keys of ``workflow_steps`` and
+  ``workflow_attempts`` (:data:`NO_FOREIGN_KEYS`).
+- ``both``: ``hot`` and ``nofk`` together.
 
 Each turn prints its throughput, the worker's and the server's CPU per workflow (this
 process; the two server processes serving it, from ``/proc``) and the share of the
-turn's updates of ``workflows`` that were HOT. Only PostgreSQL on this machine.
+turn's updates of ``workflows`` that were HOT; at the end, each variant's medians against
+``base``'s. Only PostgreSQL on this machine. It exits 2 when a ``base`` or ``nofk``
+update was HOT or a ``hot`` or ``both`` turn had none (the probe would not measure what
+it says).
 """
 
 from __future__ import annotations
@@ -133,6 +140,29 @@ FLUSH_HOT = own_sql.FLUSH.replace(
 """The floor's flush (:data:`bench.own_sql.FLUSH`); a settle also deletes its row of
 ``workflow_ready`` and inserts one into ``workflow_ended``."""
 
+NO_FOREIGN_KEYS = """
+ALTER TABLE workflow_steps DROP CONSTRAINT IF EXISTS fk_workflow_steps_workflow_id;
+ALTER TABLE workflow_attempts DROP CONSTRAINT IF EXISTS fk_workflow_attempts_workflow_id;
+"""
+"""Applied on the project's schema: the foreign keys checked on the hot path go."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A schema the probe drains on: what it applies on the project's, and whether its
+    claim and settle are HOT (its own claim and flush, and its two tables)."""
+
+    changes: str
+    hot: bool
+
+
+VARIANTS = {
+    "base": Variant("", hot=False),
+    "hot": Variant(HOT_SCHEMA, hot=True),
+    "nofk": Variant(NO_FOREIGN_KEYS, hot=False),
+    "both": Variant(HOT_SCHEMA + NO_FOREIGN_KEYS, hot=True),
+}
+
 _SERVER_SETTINGS = {"jit": "off", "plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
 """The store's own session settings (:mod:`durable_postgres.store`)."""
 
@@ -164,8 +194,9 @@ async def _updates(conn: asyncpg.Connection) -> tuple[int, int]:
 
 
 async def drain(url: str, variant: str, count: int, concurrency: int) -> Turn:
-    """Enqueue ``count`` workflows on ``variant``'s database and drain them."""
-    hot = variant == "hot"
+    """Enqueue ``count`` workflows on ``variant``'s database (made by :func:`prepare`)
+    and drain them."""
+    hot = VARIANTS[variant].hot
     dsn = plain_dsn(url)
     admin = await asyncpg.connect(dsn)
     claimer = await asyncpg.connect(dsn, server_settings=_SERVER_SETTINGS)
@@ -243,20 +274,34 @@ async def _run(
     await asyncio.gather(*tasks)
 
 
-async def _main(url: str, count: int, pairs: int, concurrency: int) -> dict[str, list[Turn]]:
-    urls = {variant: probe_url(url, variant) for variant in ("base", "hot")}
-    for variant, variant_url in urls.items():
-        await ensure_database(variant_url)
-        await prepare_schema(variant_url)
-        if variant == "hot":
-            conn = await asyncpg.connect(plain_dsn(variant_url))
-            try:
-                await conn.execute(HOT_SCHEMA)
-            finally:
-                await conn.close()
-    turns: dict[str, list[Turn]] = {"base": [], "hot": []}
+async def prepare(url: str, variant: str) -> str:
+    """Make ``variant``'s database beside ``url``'s afresh; return its URL."""
+    variant_url = probe_url(url, variant)
+    await ensure_database(variant_url)
+    conn = await asyncpg.connect(plain_dsn(variant_url))
+    try:
+        await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        await conn.close()
+    await prepare_schema(variant_url)
+    if VARIANTS[variant].changes:
+        conn = await asyncpg.connect(plain_dsn(variant_url))
+        try:
+            await conn.execute(VARIANTS[variant].changes)
+        finally:
+            await conn.close()
+    return variant_url
+
+
+async def _main(
+    url: str, variants: list[str], count: int, pairs: int, concurrency: int
+) -> dict[str, list[Turn]]:
+    urls = {variant: await prepare(url, variant) for variant in variants}
+    turns: dict[str, list[Turn]] = {variant: [] for variant in variants}
     for pair in range(pairs):
-        for variant in ("base", "hot") if pair % 2 == 0 else ("hot", "base"):
+        shift = pair % len(variants)
+        order = [*variants[shift:], *variants[:shift]]
+        for variant in order if pair % 2 == 0 else order[::-1]:
             turn = await drain(urls[variant], variant, count, concurrency)
             turns[variant].append(turn)
             print(
@@ -269,28 +314,39 @@ async def _main(url: str, count: int, pairs: int, concurrency: int) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the probe; print each turn and the medians."""
-    parser = argparse.ArgumentParser(prog="python -m bench.hot_probe")
+    """Run the probe; print each turn and each variant's medians against ``base``'s."""
+    parser = argparse.ArgumentParser(prog="python -m bench.schema_probe")
     parser.add_argument("--url", default=os.environ.get("DURABLE_BENCH_URL", DEFAULT_URL))
     parser.add_argument("--count", type=int, default=4000)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args(argv)
-    turns = asyncio.run(_main(args.url, args.count, args.pairs, args.concurrency))
-    base, hot = turns["base"], turns["hot"]
+    variants = [name.strip() for name in args.variants.split(",") if name.strip()]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or "base" not in variants:
+        parser.error(f"--variants: base and any of {', '.join(VARIANTS)}; not {unknown}")
+    turns = asyncio.run(_main(args.url, variants, args.count, args.pairs, args.concurrency))
 
-    def med(turns: list[Turn], field: str) -> float:
-        return median([getattr(turn, field) for turn in turns])
+    def med(variant: str, field: str) -> float:
+        return median([getattr(turn, field) for turn in turns[variant]])
 
-    print(
-        f"medians of {args.pairs} pairs, {args.count} workflows, concurrency "
-        f"{args.concurrency}: hot/base throughput {med(hot, 'rate') / med(base, 'rate'):.2f}, "
-        f"server CPU {med(hot, 'server_us'):.0f} against {med(base, 'server_us'):.0f} us, "
-        f"worker CPU {med(hot, 'worker_us'):.0f} against {med(base, 'worker_us'):.0f} us "
-        "per workflow"
-    )
-    if any(turn.hot_share > 0 for turn in base) or not all(turn.hot_share > 0 for turn in hot):
-        print("bench.hot_probe: the base schema's updates must never be HOT, the probe's must be")
+    print(f"medians of {args.pairs} turns each, {args.count} workflows, c={args.concurrency}:")
+    for variant in variants:
+        rate, server = med(variant, "rate"), med(variant, "server_us")
+        print(
+            f"  {variant}: {rate:,.0f} workflows/s ({rate / med('base', 'rate'):.2f}x base), "
+            f"server CPU {server:.0f} us ({server / med('base', 'server_us'):.2f}x), "
+            f"worker CPU {med(variant, 'worker_us'):.0f} us per workflow"
+        )
+    wrong = [
+        variant
+        for variant in variants
+        for turn in turns[variant]
+        if (turn.hot_share > 0) != VARIANTS[variant].hot
+    ]
+    if wrong:
+        print(f"bench.schema_probe: HOT updates where none belong, or none where they do: {wrong}")
         return 2
     return 0
 
