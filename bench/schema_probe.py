@@ -1,7 +1,7 @@
 """A design probe: what the project's schema costs the server on the hot path.
 
 ``python -m bench.schema_probe [--url URL] [--count 4000] [--pairs 5] [--concurrency 32]
-[--variants base,hot,nofk,both]`` drains ``--count`` three-step workflows with the
+[--variants base,hot,nofk,both,nofk_locked]`` drains ``--count`` three-step workflows with the
 group-commit floor's writer (:class:`bench.group_floor.GroupCommitter`: one flush in
 flight, the floor's statements, every write fenced by its lease) and a claim loop in
 this process, in turns whose order rotates from pair to pair, on a database of each
@@ -19,6 +19,9 @@ variant beside the bench's (``<db>_probe_<variant>``):
 - ``nofk``: the project's schema without the foreign keys of ``workflow_steps`` and
   ``workflow_attempts`` (:data:`NO_FOREIGN_KEYS`).
 - ``both``: ``hot`` and ``nofk`` together.
+- ``nofk_locked``: ``nofk`` with each flush locking the workflow rows of its step rows
+  (:data:`FLUSH_LOCKING`), as the foreign key's check does, so a delete of a workflow
+  still waits for a flush writing its steps.
 
 Each turn prints its throughput, the worker's and the server's CPU per workflow (this
 process; the two server processes serving it, from ``/proc``) and the share of the
@@ -126,8 +129,16 @@ RETURNING w.id, w.input, w.lock_token, w.attempts, now() AS claimed_at
 """The floor's claim (:data:`bench.own_sql.CLAIM`) from ``workflow_ready``: a running
 row stays there, due again when its lease expires."""
 
+
+def _edited(part: str, replacement: str) -> str:
+    """The floor's flush with ``part`` (which it must hold once) replaced."""
+    if own_sql.FLUSH.count(part) != 1:
+        raise RuntimeError(f"bench.own_sql.FLUSH no longer holds {part!r} once")
+    return own_sql.FLUSH.replace(part, replacement)
+
+
 _SETTLED = "    RETURNING w.id\n), recorded AS ("
-FLUSH_HOT = own_sql.FLUSH.replace(
+FLUSH_HOT = _edited(
     _SETTLED,
     """    RETURNING w.id, w.queue, w.created_at
 ), unready AS (
@@ -139,6 +150,12 @@ FLUSH_HOT = own_sql.FLUSH.replace(
 )
 """The floor's flush (:data:`bench.own_sql.FLUSH`); a settle also deletes its row of
 ``workflow_ready`` and inserts one into ``workflow_ended``."""
+
+_FENCE = "JOIN workflows AS w ON w.id = u.id AND w.lock_token = u.token\n"
+FLUSH_LOCKING = _edited(_FENCE, _FENCE + "    FOR KEY SHARE OF w\n")
+"""The floor's flush with its step rows' workflow rows locked as a foreign key's check
+locks them (``FOR KEY SHARE``), in the statement itself: a delete of the workflow waits
+for the flush, without a check query per row."""
 
 NO_FOREIGN_KEYS = """
 ALTER TABLE workflow_steps DROP CONSTRAINT IF EXISTS fk_workflow_steps_workflow_id;
@@ -154,13 +171,15 @@ class Variant:
 
     changes: str
     hot: bool
+    flush: str = own_sql.FLUSH
 
 
 VARIANTS = {
     "base": Variant("", hot=False),
-    "hot": Variant(HOT_SCHEMA, hot=True),
+    "hot": Variant(HOT_SCHEMA, hot=True, flush=FLUSH_HOT),
     "nofk": Variant(NO_FOREIGN_KEYS, hot=False),
-    "both": Variant(HOT_SCHEMA + NO_FOREIGN_KEYS, hot=True),
+    "both": Variant(HOT_SCHEMA + NO_FOREIGN_KEYS, hot=True, flush=FLUSH_HOT),
+    "nofk_locked": Variant(NO_FOREIGN_KEYS, hot=False, flush=FLUSH_LOCKING),
 }
 
 _SERVER_SETTINGS = {"jit": "off", "plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
@@ -201,7 +220,7 @@ async def drain(url: str, variant: str, count: int, concurrency: int) -> Turn:
     admin = await asyncpg.connect(dsn)
     claimer = await asyncpg.connect(dsn, server_settings=_SERVER_SETTINGS)
     writer = await asyncpg.connect(dsn, server_settings=_SERVER_SETTINGS)
-    committer = GroupCommitter(writer, flush=FLUSH_HOT if hot else own_sql.FLUSH)
+    committer = GroupCommitter(writer, flush=VARIANTS[variant].flush)
     flusher = asyncio.create_task(committer.run())
     try:
         tables = f"workflow_ready, workflow_ended, {_TABLES}" if hot else _TABLES
