@@ -259,25 +259,30 @@ async def _run(
     ``count`` have settled."""
     settled = 0
     running = 0
+    failed: list[BaseException] = []
     slot_free = asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
     async def run_one(row: asyncpg.Record) -> None:
         nonlocal settled, running
         workflow_id, input_json, token, attempt, claimed_at = row
-        n = own_sql.first_argument(input_json)
-        for index in range(3):
-            output = own_sql.body(index, n)
-            await committer.step(
-                workflow_id, token, index, step_name(index), own_sql.step_input(n), str(output)
-            )
-            n = output
-        await committer.settle(workflow_id, token, str(n), attempt, "probe", claimed_at)
-        settled += 1
-        running -= 1
-        slot_free.set()
+        try:
+            n = own_sql.first_argument(input_json)
+            for index in range(3):
+                output = own_sql.body(index, n)
+                await committer.step(
+                    workflow_id, token, index, step_name(index), own_sql.step_input(n), str(output)
+                )
+                n = output
+            await committer.settle(workflow_id, token, str(n), attempt, "probe", claimed_at)
+            settled += 1
+        except Exception as exc:
+            failed.append(exc)
+        finally:
+            running -= 1
+            slot_free.set()
 
-    while settled < count:
+    while settled < count and not failed:
         free = concurrency - running
         if free > 0 and settled + running < count:
             rows = await claimer.fetch(claim, "probe", LEASE_SECONDS, free)
@@ -288,9 +293,13 @@ async def _run(
                 task.add_done_callback(tasks.discard)
             if rows:
                 continue
+            if not running:
+                raise RuntimeError(f"nothing left to claim, {settled} of {count} settled")
         slot_free.clear()
         await slot_free.wait()
     await asyncio.gather(*tasks)
+    if failed:
+        raise RuntimeError(f"a workflow failed: {failed[0]!r}") from failed[0]
 
 
 async def prepare(url: str, variant: str) -> str:
