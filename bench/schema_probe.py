@@ -26,9 +26,9 @@ variant beside the bench's (``<db>_probe_<variant>``):
 Each turn prints its throughput, the worker's and the server's CPU per workflow (this
 process; the two server processes serving it, from ``/proc``) and the share of the
 turn's updates of ``workflows`` that were HOT; at the end, each variant's medians against
-``base``'s. Only PostgreSQL on this machine. It exits 2 when a ``base`` or ``nofk``
-update was HOT or a ``hot`` or ``both`` turn had none (the probe would not measure what
-it says).
+``base``'s. Only PostgreSQL 15 or later (``pg_stat_force_next_flush``), on this
+machine. It exits 2 when an update of a variant without HOT updates was HOT, or a turn
+of one with them had none (the probe would not measure what it says).
 """
 
 from __future__ import annotations
@@ -241,6 +241,8 @@ async def drain(url: str, variant: str, count: int, concurrency: int) -> Turn:
         updates_after = await _updates(admin)
         updates = updates_after[0] - updates_before[0]
         hot_updates = updates_after[1] - updates_before[1]
+        if updates <= 0:
+            raise RuntimeError(f"{variant}: the statistics show no update of workflows")
         ended = await admin.fetchval("SELECT count(*) FROM workflows WHERE status = 'succeeded'")
         if ended != count:
             raise RuntimeError(f"{variant}: {ended} of {count} workflows succeeded")
