@@ -275,7 +275,8 @@ class StoreError(FrameworkError):
 
 
 class StoreUnavailableError(StoreError):
-    """The database could not be reached. Transient: the operation may be retried."""
+    """The database could not be reached, or rolled the operation back for a conflict with
+    another transaction (a deadlock). Transient: the operation may be retried."""
 
 
 class SchemaMissingError(StoreError):

@@ -24,6 +24,9 @@ from durable_core.sql.connector import Params
 
 T = TypeVar("T")
 
+_CONFLICT = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+"""A transaction the server rolled back for another's sake: retried as a brief outage is."""
+
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
@@ -103,6 +106,8 @@ def classify(exc: BaseException) -> Failure | None:
         return Failure.OTHER
     if isinstance(cause, UNAVAILABLE):
         return Failure.UNAVAILABLE
+    if isinstance(cause, _CONFLICT):
+        return Failure.CONFLICT
     if isinstance(cause, _REFUSED):
         return Failure.REFUSED
     if isinstance(cause, asyncpg.UniqueViolationError):

@@ -26,6 +26,9 @@ class Failure(enum.Enum):
     """The server cannot be reached now (refused, dropped, restarting): worth retrying."""
     SCHEMA_MISSING = "schema_missing"
     """The durable tables are not there."""
+    CONFLICT = "conflict"
+    """The server rolled the transaction back for a conflict with another one (a deadlock,
+    a serialization failure): nothing was written; worth retrying."""
     REFUSED = "refused"
     """The server answered but refused this client (credentials, unknown database)."""
     DUPLICATE = "duplicate"
@@ -48,6 +51,11 @@ def store_error(failure: Failure, exc: BaseException, *, operation: str, store: 
         )
     if failure is Failure.UNAVAILABLE:
         return StoreUnavailableError(f"{operation} on {store}: database unavailable: {text}")
+    if failure is Failure.CONFLICT:
+        return StoreUnavailableError(
+            f"{operation} on {store}: rolled back by a conflict with another transaction, "
+            f"nothing written: {text}"
+        )
     if failure is Failure.REFUSED:
         return StoreError(
             f"{operation} on {store}: the server refused the connection "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
@@ -781,6 +782,46 @@ async def test_unreachable_server_is_store_unavailable() -> None:
             await lazy.apply_schema()
     finally:
         await lazy.close()
+
+
+async def test_a_deadlock_is_a_conflict_worth_retrying(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """A transaction PostgreSQL rolls back for a deadlock (what a claim met when the
+    tables were dropped under a running worker) is retried as an outage is, not fatal."""
+    first = await asyncpg.connect(plain(postgres_url))
+    second = await asyncpg.connect(plain(postgres_url))
+    try:
+        await first.execute(
+            "DROP TABLE IF EXISTS deadlock_probe; CREATE TABLE deadlock_probe (id int PRIMARY KEY);"
+            "INSERT INTO deadlock_probe VALUES (1), (2)"
+        )
+        for conn in (first, second):
+            await conn.execute("BEGIN")
+        await first.execute("UPDATE deadlock_probe SET id = id WHERE id = 1")
+        await second.execute("UPDATE deadlock_probe SET id = id WHERE id = 2")
+        ended = await asyncio.gather(
+            first.execute("UPDATE deadlock_probe SET id = id WHERE id = 2"),
+            second.execute("UPDATE deadlock_probe SET id = id WHERE id = 1"),
+            return_exceptions=True,
+        )
+        [deadlock] = [e for e in ended if isinstance(e, BaseException)]
+        assert isinstance(deadlock, asyncpg.DeadlockDetectedError)
+        with pytest.raises(
+            StoreUnavailableError,
+            match=r"claim on PostgreSQL .* rolled back by a conflict with another "
+            r"transaction, nothing written: DeadlockDetectedError",
+        ) as caught:
+            store._raise_translated("claim", deadlock)
+        assert caught.value.__cause__ is deadlock
+    finally:
+        for conn in (first, second):
+            await conn.close()
+        cleanup = await asyncpg.connect(plain(postgres_url))
+        try:
+            await cleanup.execute("DROP TABLE IF EXISTS deadlock_probe")
+        finally:
+            await cleanup.close()
 
 
 async def test_store_not_open_is_a_store_error() -> None:
