@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -58,11 +61,11 @@ async def sqlite_or_postgres(
     the test module."""
     store: Store
     if request.param == "sqlite":
-        store = SQLiteStore(f"sqlite:///{tmp_path / 'durable.db'}")
+        store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db"))
     else:
         module = request.module.__name__.rsplit(".", 1)[-1]
         base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
-        store = PostgresStore(await fresh_postgres_database(POSTGRES_URL, f"{base}_{module}"))
+        store = PostgresStore(await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}"))
     await store.open()
     await store.apply_schema()
     try:
@@ -84,7 +87,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 @pytest.fixture
 async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     """A fresh SQLite file with the schema applied."""
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'durable.db'}")
+    store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db"))
     await store.open()
     await store.apply_schema()
     try:
@@ -154,6 +157,58 @@ async def fresh_postgres_database(postgres_url: str, name: str) -> str:
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return f"{base}/{name}"
+
+
+_TEMPLATES: dict[str, str] = {}
+"""Per backend, the database this process migrated once, which fresh migrated ones copy."""
+
+
+async def _apply_schema(url: str) -> None:
+    from durable_core import open_store
+
+    store = await open_store(url)
+    try:
+        await store.apply_schema()
+    finally:
+        await store.close()
+
+
+async def migrated_sqlite_url(path: Path) -> str:
+    """The URL of a new SQLite file at ``path`` with the schema applied: a copy of one this
+    process migrated, so a test pays for a file copy instead of the schema's statements."""
+    template = _TEMPLATES.get("sqlite")
+    if template is None:
+        folder = Path(tempfile.mkdtemp(prefix="durable-template-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        template = str(folder / "template.db")
+        await _apply_schema(f"sqlite:///{template}")
+        leftovers = [p.name for p in folder.iterdir() if p.name != "template.db"]
+        assert not leftovers, f"the closed template left {leftovers}: a copy would miss them"
+        _TEMPLATES["sqlite"] = template
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
+async def migrated_postgres_database(postgres_url: str, name: str) -> str:
+    """A new PostgreSQL database ``name`` beside the test database, with the schema applied:
+    made by ``CREATE DATABASE ... TEMPLATE`` from one this process migrated."""
+    import asyncpg
+
+    template = _TEMPLATES.get("postgresql")
+    if template is None:
+        stem = postgres_url.rsplit("/", 1)[1].split("?")[0]
+        template = await fresh_postgres_database(postgres_url, f"{stem}_template")
+        await _apply_schema(template)
+        _TEMPLATES["postgresql"] = template
+    base = postgres_url.replace("postgresql+asyncpg://", "postgresql://").rsplit("/", 1)[0]
+    name = scratch_name(name)
+    admin = await asyncpg.connect(f"{base}/postgres")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template.rsplit("/", 1)[1]}"')
     finally:
         await admin.close()
     return f"{base}/{name}"

@@ -9,7 +9,12 @@ import pytest
 
 from durable_core import open_store
 from durable_core.seams.store import Store
-from tests.conftest import POSTGRES_URL, empty_mysql_database, fresh_postgres_database
+from tests.conftest import (
+    POSTGRES_URL,
+    empty_mysql_database,
+    migrated_postgres_database,
+    migrated_sqlite_url,
+)
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
@@ -18,9 +23,9 @@ async def talk_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     module = request.module.__name__.rsplit(".", 1)[-1]
     base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'durable.db'}"
+        url = await migrated_sqlite_url(tmp_path / "durable.db")
     elif request.param == "postgresql":
-        url = await fresh_postgres_database(POSTGRES_URL, f"{base}_{module}")
+        url = await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}")
     else:
         url = await empty_mysql_database(f"{base}_{module}")
     store = await open_store(url)

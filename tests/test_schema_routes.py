@@ -330,6 +330,50 @@ async def test_both_routes_agree_at_every_version(tmp_path: Path, version: int) 
         assert [v for (v,) in recorded] == list(range(2, version + 1))
 
 
+async def _first_table_only(url: str) -> None:
+    """What a first install leaves when it stops after its first statement."""
+
+    def first(conn: sa.Connection) -> None:
+        from alembic.operations import Operations
+        from alembic.runtime.migration import MigrationContext
+
+        Operations(MigrationContext.configure(conn)).invoke(VERSIONS[0].operations()[0])
+
+    engine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(first)
+    finally:
+        await engine.dispose()
+
+
+async def assert_a_cut_short_install_is_finished(cut: str, whole: str) -> None:
+    """On MySQL each DDL statement commits: a first install stopped after its first table
+    leaves a database that reads as version 1 (as release 0.1's does); applying the schema
+    again makes everything else, as a whole install does."""
+    await _first_table_only(cut)
+    await apply_programmatically(cut)
+    await apply_programmatically(whole)
+    assert sorted(await assert_same_schema(cut, whole)) == sorted(DURABLE_TABLES)
+
+
+async def test_a_first_install_cut_short_is_finished_by_applying_the_schema_again(
+    tmp_path: Path,
+) -> None:
+    await assert_a_cut_short_install_is_finished(
+        f"sqlite:///{tmp_path / 'cut.db'}", f"sqlite:///{tmp_path / 'whole.db'}"
+    )
+
+
+async def test_a_first_install_cut_short_on_mariadb_is_finished_by_applying_it_again(
+    mysql_url: str,
+) -> None:
+    await assert_a_cut_short_install_is_finished(
+        await empty_mysql_database("durable_routes_cut"),
+        await empty_mysql_database("durable_routes_whole"),
+    )
+
+
 async def test_version_1_is_what_release_0_1_created_on_sqlite(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'v1.db'}"
     await apply_version(url, 1)

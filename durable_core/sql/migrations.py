@@ -111,6 +111,14 @@ _PRESENT: dict[type[ops.MigrateOperation], Callable[[sa.Inspector, ops.MigrateOp
 }
 
 
+_TABLES = frozenset(
+    op.table_name
+    for version in VERSIONS
+    for op in version.operations()
+    if isinstance(op, ops.CreateTableOp)
+)
+"""Every table a version creates."""
+
 _ALEMBIC_NOTES = logging.getLogger("alembic.runtime.migration")
 
 
@@ -136,15 +144,22 @@ def upgrade(conn: sa.Connection, target: int = SCHEMA_VERSION) -> tuple[int, int
     from alembic.runtime.migration import MigrationContext
 
     before = current_version(conn)
+    # A database with none of the durable tables has none of their parts either: every
+    # operation runs without first reflecting whether its result is there (half the time
+    # of a new database's schema).
+    empty = before == 0 and not set(sa.inspect(conn).get_table_names()) & _TABLES
     sqlite = conn.dialect.name == "sqlite"
     with _quiet_alembic():
         context = MigrationContext.configure(conn)
     operations = Operations(context)
-    for version in VERSIONS[before:target]:
+    # Version 1 is recorded nowhere: release 0.1's tables and a first install that stopped
+    # after its first table (MySQL commits each DDL statement) both read as version 1, so
+    # its operations are checked again and what the latter lacks is made.
+    for version in VERSIONS[0 if before == 1 else before : target]:
         for op in version.operations():
             if sqlite and isinstance(op, NOT_ON_SQLITE):
                 continue
-            if not _PRESENT[type(op)](sa.inspect(conn), op):
+            if empty or not _PRESENT[type(op)](sa.inspect(conn), op):
                 operations.invoke(op)
         if version.number >= 2:
             conn.execute(schema_versions.insert(), [version_row(version.number)])

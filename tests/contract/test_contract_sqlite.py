@@ -18,11 +18,12 @@ from durable_core.contract import (
     UpdatesContract,
 )
 from durable_sqlite import SQLiteStore
+from tests.conftest import migrated_sqlite_url
 
 
 @pytest.fixture
 async def durable_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'contract.db'}")
+    store = SQLiteStore(await migrated_sqlite_url(tmp_path / "contract.db"))
     await store.open()
     await store.apply_schema()
     yield store
