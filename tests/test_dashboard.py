@@ -233,7 +233,7 @@ def _start_server(database_url: str, *extra: str) -> Server:
 def _stop(server: Server) -> None:
     server.process.terminate()
     try:
-        server.process.wait(timeout=10)
+        server.process.wait(timeout=120)
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait()
@@ -669,7 +669,7 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     request = urllib.request.Request(url, headers=headers or {})
     opener = urllib.request.build_opener(_NoRedirect())
     try:
-        with opener.open(request, timeout=5) as response:
+        with opener.open(request, timeout=60) as response:  # only stops a hung test
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -691,7 +691,7 @@ def _http(
     """One request to the server at ``base``, with exactly these headers (a foreign Host
     included); redirects are not followed."""
     netloc = urlsplit(base).netloc
-    connection = http.client.HTTPConnection(netloc, timeout=10)
+    connection = http.client.HTTPConnection(netloc, timeout=60)  # only stops a hung test
     sent = {"Host": netloc, **(headers or {})}
     if body:
         sent.setdefault("Content-Type", "application/x-www-form-urlencoded")

@@ -120,7 +120,7 @@ def dashboard(database: Database) -> Iterator[str]:
         yield metrics
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=120)
 
 
 async def becomes(handle: WorkflowHandle[Any], status: WorkflowStatus) -> None:

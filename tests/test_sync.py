@@ -132,7 +132,7 @@ def test_eight_threads_share_one_client(url: str) -> None:
     with SyncClient(url) as client:
 
         def enqueue(n: int) -> list[str]:
-            start.wait(timeout=30)
+            start.wait(timeout=120)
             handles = [client.start_workflow(greet, f"t{n}-{i}") for i in range(per_thread)]
             assert {h.status() for h in handles} == {WorkflowStatus.PENDING}
             return [h.id for h in handles]
@@ -143,7 +143,7 @@ def test_eight_threads_share_one_client(url: str) -> None:
         assert len(client.list_workflows(limit=1000)) == threads * per_thread
 
         def collect(n: int) -> list[str]:
-            start.wait(timeout=30)
+            start.wait(timeout=120)
             chunk = ids[n * per_thread : (n + 1) * per_thread]
             for workflow_id in chunk:
                 assert client.handle(workflow_id).wait(timeout=60) is WorkflowStatus.SUCCEEDED

@@ -104,7 +104,7 @@ class Workers:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=10)
+                proc.wait(timeout=120)
 
 
 @pytest.fixture

@@ -39,14 +39,14 @@ async def test_a_sigkill_after_set_attributes_keeps_them_once(
         )
         return bool(held == 1)
 
-    await eventually(holding, timeout=30, what="the body to enter its hold step")
+    await eventually(holding, timeout=120, what="the body to enter its hold step")
     # Written by the worker's body, found from this process through the index.
     found = await client.list_workflows(
         attributes={"customer": "acme", "amount": AttributeRange(100, 200), "source": "api"}
     )
     assert [r.id for r in found] == [handle.id]
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    victim.wait(timeout=120)
 
     workers.start(app=APP, WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
     assert await handle.wait_with_timeout(60) is WorkflowStatus.SUCCEEDED

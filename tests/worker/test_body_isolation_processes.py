@@ -29,7 +29,7 @@ async def test_a_wait_inside_a_task_group_suspends_and_the_worker_lives_on(
         record = await waiter.info()
         return record.status is WorkflowStatus.WAITING and record.waiting_for == "message:go"
 
-    await eventually(waiting_on_the_message, timeout=30, what="the nap to end and go to wait")
+    await eventually(waiting_on_the_message, timeout=120, what="the nap to end and go to wait")
     others = await client.start_workflows(app.three_steps, [(n,) for n in range(10)])
     for handle in others:
         assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
@@ -38,7 +38,7 @@ async def test_a_wait_inside_a_task_group_suspends_and_the_worker_lives_on(
     assert await waiter.output() == "rested, got go"
     assert proc.poll() is None, "the worker is still running"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, workers.log(proc)
+    assert proc.wait(timeout=120) == 0, workers.log(proc)
 
 
 @pytest.mark.parametrize("kind", ["system_exit", "keyboard_interrupt", "group", "cancelled"])
@@ -57,7 +57,7 @@ async def test_a_body_raising_a_base_exception_fails_alone(
         assert await handle.wait_with_timeout(30) is WorkflowStatus.SUCCEEDED
     assert proc.poll() is None, "the worker is still running"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, workers.log(proc)
+    assert proc.wait(timeout=120) == 0, workers.log(proc)
 
 
 async def test_a_cancel_heard_only_through_a_refused_write_stops_a_body_catching_everything(
@@ -75,7 +75,7 @@ async def test_a_cancel_heard_only_through_a_refused_write_stops_a_body_catching
             await sql.fetchval("SELECT count(*) >= 3 FROM step_runs WHERE step LIKE 'tick%'")
         )
 
-    await eventually(ticking, timeout=30, what="a few ticks")
+    await eventually(ticking, timeout=120, what="a few ticks")
     await client.cancel(handle.id)
     cancelled_at = await sql.fetchval("SELECT count(*) FROM step_runs WHERE step LIKE 'tick%'")
 
@@ -86,7 +86,7 @@ async def test_a_cancel_heard_only_through_a_refused_write_stops_a_body_catching
             )
         )
 
-    await eventually(attempt_recorded, timeout=30, what="the attempt's end to be recorded")
+    await eventually(attempt_recorded, timeout=120, what="the attempt's end to be recorded")
     assert await handle.status() is WorkflowStatus.CANCELLED
     outcomes = await sql.fetch(
         "SELECT outcome FROM workflow_attempts WHERE workflow_id = $1", handle.id

@@ -33,7 +33,7 @@ async def _kill_when(workers: Workers, sql: asyncpg.Connection, victim: object, 
     await eventually(reached, timeout=60, what=query)
     proc = workers.procs[workers.procs.index(victim)]  # type: ignore[arg-type]
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=120)
 
     async def flushes_ended() -> bool:  # a statement the dead worker sent may still commit
         return not await sql.fetchval(
@@ -42,7 +42,7 @@ async def _kill_when(workers: Workers, sql: asyncpg.Connection, victim: object, 
             " AND query LIKE '%unnest%' AND pid <> pg_backend_pid()"
         )
 
-    await eventually(flushes_ended, timeout=30, what="the killed worker's statements to end")
+    await eventually(flushes_ended, timeout=120, what="the killed worker's statements to end")
 
 
 async def _committed(sql: asyncpg.Connection, step: str, label: str) -> set[tuple[str, str]]:

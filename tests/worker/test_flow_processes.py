@@ -70,7 +70,7 @@ async def test_debounced_starts_from_processes_one_killed_make_one_run_per_key(
         assert line, "the starter exited: " + (tmp_path / "victim.log").read_text()
         seen.append(line)
     victim.send_signal(signal.SIGKILL)
-    killed = committed("".join(seen) + victim.communicate(timeout=10)[0])
+    killed = committed("".join(seen) + victim.communicate(timeout=120)[0])
     outs = [proc.communicate(timeout=120)[0] for proc in (first, second)]
     assert [proc.returncode for proc in (first, second)] == [0, 0], outs
     lines = committed(outs[0]) + committed(outs[1])

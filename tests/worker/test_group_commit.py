@@ -571,7 +571,7 @@ async def test_sigkill_while_a_flush_is_in_flight_loses_nothing_committed(
     async def gate_runs() -> bool:
         return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'slow'"))
 
-    await eventually(gate_runs, timeout=30, what="the gate workflow's step to run")
+    await eventually(gate_runs, timeout=120, what="the gate workflow's step to run")
     # Hold the gate's row: the flush carrying the gate's step (2 s into it) waits on the
     # lock, and the writes of the workflows still running gather behind it.
     blocker = await asyncpg.connect(workers.url.replace("postgresql+asyncpg://", "postgresql://"))
@@ -588,9 +588,9 @@ async def test_sigkill_while_a_flush_is_in_flight_loses_nothing_committed(
             )
         )
 
-    await eventually(flush_blocked, timeout=30, what="a flush waiting on the gate's row")
+    await eventually(flush_blocked, timeout=120, what="a flush waiting on the gate's row")
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    victim.wait(timeout=120)
     ran_before = {
         (r["workflow_id"], r["step"])
         for r in await sql.fetch("SELECT workflow_id, step FROM step_runs")
@@ -604,7 +604,7 @@ async def test_sigkill_while_a_flush_is_in_flight_loses_nothing_committed(
             " AND state = 'active'"
         )
 
-    await eventually(flush_ended, timeout=30, what="the killed worker's flush to end")
+    await eventually(flush_ended, timeout=120, what="the killed worker's flush to end")
     rows = await sql.fetch(
         "SELECT workflow_id, step_index FROM workflow_steps WHERE status = 'succeeded'"
     )
@@ -648,7 +648,7 @@ async def test_workflow_group_commit_0_writes_each_row_alone(
     runs = await sql.fetch("SELECT workflow_id, step, count(*) AS n FROM step_runs GROUP BY 1, 2")
     assert len(runs) == 150 and {r["n"] for r in runs} == {1}
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=120) == 0
     assert "flushes" not in workers.log(proc), "no group commit ran"
 
 

@@ -57,7 +57,7 @@ async def test_an_effect_waits_for_the_step_it_depends_on_across_a_sigkill(
     async def picking() -> bool:
         return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'pick'"))
 
-    await eventually(picking, timeout=30, what="the pick step to run")
+    await eventually(picking, timeout=120, what="the pick step to run")
     blocker = await asyncpg.connect(plain(workers.url))
     transaction = blocker.transaction()
     await transaction.start()
@@ -67,7 +67,7 @@ async def test_an_effect_waits_for_the_step_it_depends_on_across_a_sigkill(
         async def flush_blocked() -> bool:
             return await _flush_waits_on_lock(sql)
 
-        await eventually(flush_blocked, timeout=30, what="the flush of pick's end to wait")
+        await eventually(flush_blocked, timeout=120, what="the flush of pick's end to wait")
         # The window: pick has returned, its end has not committed. Nothing it fed may go
         # out, however long the flush waits (watched for a second: before the fix, the
         # effect went out within milliseconds of pick's return).
@@ -83,7 +83,7 @@ async def test_an_effect_waits_for_the_step_it_depends_on_across_a_sigkill(
             assert tuple(out) == (0, 0, 0), f"an effect went out before its step: {dict(out)}"
             await anyio.sleep(0.05)
         victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
+        victim.wait(timeout=120)
         # The dead worker's flush never commits (as when the crash takes its connection down).
         await sql.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

@@ -28,9 +28,9 @@ async def test_instances_of_version_1_and_2_both_complete_after_the_deploy(
         )
         return int(waiting) == 3
 
-    await eventually(all_asleep, timeout=30, what="three version-1 instances asleep")
+    await eventually(all_asleep, timeout=120, what="three version-1 instances asleep")
     v1_worker.send_signal(signal.SIGTERM)  # the deploy: stop the old code gracefully
-    assert v1_worker.wait(timeout=30) == 0, workers.log(v1_worker)
+    assert v1_worker.wait(timeout=120) == 0, workers.log(v1_worker)
 
     workers.start("--app", "tests.worker.checkout_v2")
     new = await client.start_workflows(checkout_v1.checkout, [(100, 0.5)] * 2)

@@ -30,9 +30,9 @@ async def test_a_workflow_in_flight_completes_after_its_step_value_class_is_rena
     async def waiting() -> bool:
         return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = 'wait'"))
 
-    await eventually(waiting, timeout=30, what="version 1 to enter its hanging step")
+    await eventually(waiting, timeout=120, what="version 1 to enter its hanging step")
     v1_worker.send_signal(signal.SIGKILL)
-    v1_worker.wait(timeout=10)
+    v1_worker.wait(timeout=120)
     row = await sql.fetchrow("SELECT status, attempts FROM workflows WHERE id = $1", handle.id)
     assert (row["status"], row["attempts"]) == ("running", 1)
     cached = {

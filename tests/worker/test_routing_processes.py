@@ -66,7 +66,7 @@ async def test_a_worker_serves_only_the_queues_it_is_given(
         count = "SELECT count(*) FROM workflows WHERE queue = 'urgent' AND status = 'succeeded'"
         return bool(await sql.fetchval(count) == 3)
 
-    await eventually(urgent_done, timeout=30, what="the urgent queue to drain")
+    await eventually(urgent_done, timeout=120, what="the urgent queue to drain")
     await anyio.sleep(0.5)
     pending = "SELECT count(*) FROM workflows WHERE queue = 'default' AND status = 'pending'"
     assert await sql.fetchval(pending) == 5
@@ -149,9 +149,9 @@ async def test_a_crashed_workers_slots_are_freed_when_its_leases_expire(
     async def holding_two() -> bool:
         return bool(await sql.fetchval(running_now) == 2)
 
-    await eventually(holding_two, timeout=30, what="the first worker to hold both slots")
+    await eventually(holding_two, timeout=120, what="the first worker to hold both slots")
     doomed.kill()
-    doomed.wait(timeout=10)
+    doomed.wait(timeout=120)
     workers.start(
         app="tests.worker.apps.limited", WORKFLOW_CONCURRENCY=8, WORKFLOW_LOCK_TIMEOUT_SECS=2
     )

@@ -55,7 +55,7 @@ async def test_a_sigkill_in_the_middle_of_compensating_runs_each_once_in_reverse
 
     await eventually(holding, timeout=60, what="the hotel's compensation to begin")
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    victim.wait(timeout=120)
     assert lines(log)[-2:] == ["undo flight", "undo hotel begins"]
 
     workers.start(app=APP, SAGA_LOG=str(log), WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)

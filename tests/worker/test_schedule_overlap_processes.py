@@ -36,7 +36,7 @@ async def test_a_buffered_tick_starts_once_after_the_worker_is_killed(
 
     await eventually(first_waits, timeout=60, what="the first run waiting for go")
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=120)
     assert await pg.get_workflow(second.id) is None, "buffered while the first run waits"
 
     await client.send(first.id, "go", topic="go")

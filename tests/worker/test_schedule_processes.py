@@ -26,7 +26,7 @@ async def test_three_workers_start_one_workflow_per_tick_until_paused(
     async def all_started() -> bool:
         return all("started: concurrency" in workers.log(proc) for proc in procs)
 
-    await eventually(all_started, timeout=30, what="three workers started")
+    await eventually(all_started, timeout=120, what="three workers started")
     client = DurableClient(pg)
     added_at = datetime.now(UTC)
     row = await client.add_schedule(
@@ -97,13 +97,13 @@ async def test_a_schedule_keeps_one_workflow_per_tick_across_a_sigkilled_worker(
     async def all_started() -> bool:
         return all("started: concurrency" in workers.log(proc) for proc in procs)
 
-    await eventually(all_started, timeout=30, what="two workers started")
+    await eventually(all_started, timeout=120, what="two workers started")
     client = DurableClient(pg)
     every_second = Schedule("* * * * * *", args=("tick",))
     await client.add_schedule("crash-tick", scheduled_app.ticked_twice, every_second)
     await anyio.sleep(2.5)
     procs[0].kill()
-    procs[0].wait(timeout=10)
+    procs[0].wait(timeout=120)
     await anyio.sleep(3.0)
     await client.pause_schedule("crash-tick")
     rows = await sql.fetch(

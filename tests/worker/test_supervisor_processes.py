@@ -148,7 +148,7 @@ async def test_a_sigkilled_supervisor_leaves_no_worker_process_behind(
             with urllib.request.urlopen(url, timeout=30) as response:
                 assert "durable_worker_slots" in response.read().decode()
         supervisor.send_signal(signal.SIGKILL)
-        supervisor.wait(timeout=30)
+        supervisor.wait(timeout=120)
 
         async def all_gone() -> bool:
             return all(gone(pid) for pid in pids)

@@ -26,7 +26,7 @@ APP = "tests.worker.apps.talk"
 def kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``proc`` and reap it."""
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=120)
 
 
 async def test_sigkill_after_some_stream_values_neither_loses_nor_repeats_one(
@@ -46,7 +46,7 @@ async def test_sigkill_after_some_stream_values_neither_loses_nor_repeats_one(
         async def five_read() -> bool:
             return len(seen) == 5
 
-        await eventually(five_read, timeout=30, what="the reader to read the first five values")
+        await eventually(five_read, timeout=120, what="the reader to read the first five values")
 
         async def holding() -> bool:
             held = await sql.fetchval(
@@ -57,7 +57,7 @@ async def test_sigkill_after_some_stream_values_neither_loses_nor_repeats_one(
             )
             return bool(held == 1)
 
-        await eventually(holding, timeout=30, what="the body to enter its hold step")
+        await eventually(holding, timeout=120, what="the body to enter its hold step")
         assert seen == [0, 1, 2, 3, 4]
         kill(victim)
         workers.start(app=APP, WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
@@ -104,7 +104,7 @@ async def test_sigkill_between_receiving_an_update_and_replying_gives_one_reply(
             )
             return bool(held == 1)
 
-        await eventually(holding, timeout=30, what="the body to hold after taking the update")
+        await eventually(holding, timeout=120, what="the body to hold after taking the update")
         status = await sql.fetchval(
             "SELECT status FROM workflow_updates WHERE workflow_id = $1 AND update_id = 'c1'",
             handle.id,

@@ -74,13 +74,13 @@ async def step_ran(sql: asyncpg.Connection, step: str, *, what: str) -> None:
     async def entered() -> bool:
         return await count(sql, "SELECT count(*) FROM step_runs WHERE step = $1", step) > 0
 
-    await eventually(entered, timeout=30, what=what)
+    await eventually(entered, timeout=120, what=what)
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``proc`` and reap it."""
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=120)
 
 
 async def test_fifty_sleepers_at_concurrency_one_hold_no_slot(
@@ -145,7 +145,7 @@ async def test_sigkill_after_a_sleep_reclaims_without_sleeping_again(
     victim = workers.start(
         WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=1, DURABLE_LOG_LEVEL="DEBUG"
     )
-    await statuses_reach(sql, "waiting", 1, timeout=15, waiting_for="sleep")
+    await statuses_reach(sql, "waiting", 1, timeout=120, waiting_for="sleep")
     await step_ran(sql, "after_sleep", what="the worker to enter the step after the sleep")
 
     slept = await sql.fetchrow(
@@ -221,7 +221,7 @@ async def test_200_receivers_get_their_own_message_once_across_two_sigkills(
     for workflow_id in held:
         expected[workflow_id]["hold"] = True
     first = start()
-    await statuses_reach(sql, "waiting", 200, timeout=30, waiting_for="message:pay")
+    await statuses_reach(sql, "waiting", 200, timeout=120, waiting_for="message:pay")
 
     (tmp_path / "targets.json").write_text(json.dumps([(t, expected[t]) for t in targets]))
     sender = subprocess.Popen(
@@ -246,7 +246,7 @@ async def test_200_receivers_get_their_own_message_once_across_two_sigkills(
             )
 
         what = f"{receipts} receipts, {holds} receivers holding, {len(settled)} of them settled"
-        await eventually(reached, timeout=30, what=what)
+        await eventually(reached, timeout=120, what=what)
 
     async def receive_rows(ids: list[str]) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record] = await sql.fetch(

@@ -83,7 +83,7 @@ async def test_tables_dropped_under_a_running_worker_stop_it_with_one_line(
                 )
             )
 
-        await eventually(listening, timeout=30, what="the worker to listen")
+        await eventually(listening, timeout=120, what="the worker to listen")
         await db.execute(f"DROP TABLE {WORKFLOW_TABLES}")
     finally:
         await db.close()

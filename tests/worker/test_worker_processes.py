@@ -26,7 +26,7 @@ async def step_ran(sql: asyncpg.Connection, step: str, *, what: str) -> None:
     async def entered() -> bool:
         return bool(await sql.fetchval("SELECT count(*) FROM step_runs WHERE step = $1", step))
 
-    await eventually(entered, timeout=30, what=what)
+    await eventually(entered, timeout=120, what=what)
 
 
 async def status_counts(sql: asyncpg.Connection) -> dict[str, int]:
@@ -61,7 +61,7 @@ async def test_two_workers_drain_500_three_step_workflows_exactly_once(
     assert list(outputs.values()) == [(n + 1) * 2 - 3 for n in range(10)]
     for proc in (first, second):
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=120) == 0
 
 
 async def test_sigkill_mid_step_is_reclaimed_after_the_lease_and_resumes(
@@ -72,7 +72,7 @@ async def test_sigkill_mid_step_is_reclaimed_after_the_lease_and_resumes(
 
     await step_ran(sql, "hang", what="the worker to enter the hanging step")
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    victim.wait(timeout=120)
     row = await sql.fetchrow("SELECT status, attempts FROM workflows WHERE id = $1", handle.id)
     assert (row["status"], row["attempts"]) == ("running", 1)
 
@@ -123,11 +123,11 @@ async def test_sigterm_stops_claiming_and_finishes_in_flight_work(
     async def all_running() -> bool:
         return (await status_counts(sql)).get("running", 0) == 3
 
-    await eventually(all_running, timeout=30, what="three workflows running")
+    await eventually(all_running, timeout=120, what="three workflows running")
     proc.send_signal(signal.SIGTERM)
     await anyio.sleep(0.2)
     late = await client.start_workflows(app.instant, [()] * 3)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=120) == 0
     for handle in in_flight:
         assert await handle.status() is WorkflowStatus.SUCCEEDED
     for waiting in late:
@@ -194,7 +194,7 @@ async def test_a_zombie_whose_lease_was_reclaimed_cannot_write_or_settle(
         async def reclaimed() -> bool:
             return bool(await sql.fetchval("SELECT attempts FROM workflows") == 2)
 
-        await eventually(reclaimed, timeout=30, what="another worker to reclaim the lease")
+        await eventually(reclaimed, timeout=120, what="another worker to reclaim the lease")
     finally:
         zombie.send_signal(signal.SIGCONT)
 
@@ -209,12 +209,12 @@ async def test_a_zombie_whose_lease_was_reclaimed_cannot_write_or_settle(
     async def zombie_noticed() -> bool:
         return "lost the lease" in workers.log(zombie)
 
-    await eventually(zombie_noticed, timeout=15, what="the zombie to report its lost lease")
+    await eventually(zombie_noticed, timeout=120, what="the zombie to report its lost lease")
     final = await handle.info()
     assert final.attempts == 2 and final.status is WorkflowStatus.SUCCEEDED
     zombie.send_signal(signal.SIGTERM)
     owner.send_signal(signal.SIGTERM)
-    assert zombie.wait(timeout=30) == 0 and owner.wait(timeout=30) == 0
+    assert zombie.wait(timeout=120) == 0 and owner.wait(timeout=120) == 0
 
 
 async def test_a_second_signal_abandons_in_flight_work_to_be_reclaimed(
@@ -227,7 +227,7 @@ async def test_a_second_signal_abandons_in_flight_work_to_be_reclaimed(
     proc.send_signal(signal.SIGTERM)
     await anyio.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 1
+    assert proc.wait(timeout=120) == 1
     assert "abandoning 1 in-flight workflows" in workers.log(proc)
     assert await handle.status() is WorkflowStatus.RUNNING
 
