@@ -147,16 +147,20 @@ async def mysql_url() -> str:
     return MYSQL_URL
 
 
-async def fresh_postgres_database(postgres_url: str, name: str) -> str:
-    """An empty PostgreSQL database ``name`` beside the test database (dropped first if there)."""
+async def fresh_postgres_database(
+    postgres_url: str, name: str, *, template: str | None = None
+) -> str:
+    """An empty PostgreSQL database ``name`` beside the test database (dropped first if there),
+    or a copy of the database ``template``."""
     import asyncpg
 
     base = postgres_url.replace("postgresql+asyncpg://", "postgresql://").rsplit("/", 1)[0]
     name = scratch_name(name)
+    copy = "" if template is None else f' TEMPLATE "{template}"'
     admin = await asyncpg.connect(f"{base}/postgres")
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"{copy}')
     finally:
         await admin.close()
     return f"{base}/{name}"
@@ -195,23 +199,13 @@ async def migrated_sqlite_url(path: Path) -> str:
 async def migrated_postgres_database(postgres_url: str, name: str) -> str:
     """A new PostgreSQL database ``name`` beside the test database, with the schema applied:
     made by ``CREATE DATABASE ... TEMPLATE`` from one this process migrated."""
-    import asyncpg
-
     template = _TEMPLATES.get("postgresql")
     if template is None:
         stem = postgres_url.rsplit("/", 1)[1].split("?")[0]
         template = await fresh_postgres_database(postgres_url, f"{stem}_template")
         await _apply_schema(template)
         _TEMPLATES["postgresql"] = template
-    base = postgres_url.replace("postgresql+asyncpg://", "postgresql://").rsplit("/", 1)[0]
-    name = scratch_name(name)
-    admin = await asyncpg.connect(f"{base}/postgres")
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template.rsplit("/", 1)[1]}"')
-    finally:
-        await admin.close()
-    return f"{base}/{name}"
+    return await fresh_postgres_database(postgres_url, name, template=template.rsplit("/", 1)[1])
 
 
 async def drop_postgres_database(url: str) -> None:
