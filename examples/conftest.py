@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import anyio
 import pytest
@@ -30,7 +31,7 @@ def durable_postgres_url(pytestconfig: pytest.Config) -> str:
     name = TEST_POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0] + "_examples"
     # In a thread of its own: an async session fixture of tests/ may hold this thread's loop.
     with ThreadPoolExecutor(max_workers=1) as thread:
-        made = thread.submit(anyio.run, fresh_postgres_database, TEST_POSTGRES_URL, name)
+        made = thread.submit(anyio.run, partial(fresh_postgres_database, TEST_POSTGRES_URL, name))
     try:
         return made.result()
     except OSError as exc:
