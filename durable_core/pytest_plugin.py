@@ -3,7 +3,8 @@
 It defines fixtures and options, nothing autouse: a test run that asks for
 none of them is unchanged. A conftest fixture of the same name overrides one.
 
-- ``durable_sqlite_store``: a fresh SQLite database in ``tmp_path``, schema applied.
+- ``durable_sqlite_store``: a fresh SQLite database in ``tmp_path``, schema applied (a
+  copy of one the session migrated once).
 - ``workflow_runner``: a :class:`~durable_core.testing.WorkflowRunner` on it, with
   its test clock (``workflow_runner.clock``).
 - ``durable_postgres_url``: ``--durable-postgres-url`` or ``$DURABLE_POSTGRES_URL``;
@@ -20,6 +21,7 @@ The async fixtures run on anyio's pytest plugin; mark async tests ``@pytest.mark
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,13 +55,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture
-async def durable_sqlite_store(tmp_path: Path, anyio_backend: object) -> AsyncIterator[Store]:
-    """A fresh SQLite database (``durable.db`` in ``tmp_path``) with the schema applied."""
+async def durable_sqlite_store(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, anyio_backend: object
+) -> AsyncIterator[Store]:
+    """A fresh SQLite database (``durable.db`` in ``tmp_path``) with the schema applied: a
+    copy of one the session migrated once."""
     from durable_sqlite import SQLiteStore
 
-    async with SQLiteStore(f"sqlite:///{tmp_path / 'durable.db'}") as store:
-        await store.apply_schema()
+    path = tmp_path / "durable.db"
+    shutil.copyfile(await _migrated_sqlite(tmp_path_factory), path)
+    async with SQLiteStore(f"sqlite:///{path}") as store:
+        await store.apply_schema()  # checks the copy's version
         yield store
+
+
+async def _migrated_sqlite(factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database with the schema applied, made the first time a session asks (the
+    schema is some sixty statements; a test's copy is one file)."""
+    from durable_sqlite import SQLiteStore
+
+    migrated = factory.getbasetemp() / "durable-migrated.db"
+    if not migrated.exists():
+        making = migrated.with_name("durable-migrating.db")
+        making.unlink(missing_ok=True)
+        async with SQLiteStore(f"sqlite:///{making}") as store:
+            await store.apply_schema()
+        making.rename(migrated)  # only whole: a failed migration leaves no copy to take
+    return migrated
 
 
 @pytest.fixture
