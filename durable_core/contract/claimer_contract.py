@@ -93,6 +93,27 @@ class ClaimerContract:
                 return
             seconds *= 4
 
+    async def claim_and_settle(self, store: Store, routes: list[Route]) -> list[ClaimedWorkflow]:
+        """Claim what ``routes`` allow and settle each claimed workflow as succeeded."""
+        claimed = await self.claim(store, "w", 10, routes=routes)
+        for item in claimed:
+            await store.settle(Settlement(item.lease, WorkflowStatus.SUCCEEDED, output="1"))
+        return claimed
+
+    async def paced_again(
+        self, store: Store, routes: list[Route], began: float, seconds: float, expected: int
+    ) -> bool:
+        """A rate limit's window of ``seconds``, begun at ``began``, allows no start until it
+        ends and ``expected`` starts after; ``False`` when the refused claim came too late
+        to prove the first (see :meth:`within_a_window`)."""
+        again = await self.claim(store, "w", 10, routes=routes)
+        if time.monotonic() - began >= seconds:
+            return False
+        assert again == []
+        await anyio.sleep(seconds + 0.1)
+        assert len(await self.claim(store, "w", 10, routes=routes)) == expected
+        return True
+
     async def enqueue(
         self, store: Store, count: int, *, row: Mapping[str, Any] | None = None, **options: Any
     ) -> list[str]:
@@ -184,19 +205,9 @@ class ClaimerContract:
             await self.enqueue(durable_store, 5, row={"queue": queue})
             paced = self.routes(Queue(queue, rate_limit=RateLimit(2, period=seconds)))
             began = time.monotonic()
-            first = await self.claim(durable_store, "w", 10, routes=paced)
-            for item in first:
-                await durable_store.settle(
-                    Settlement(item.lease, WorkflowStatus.SUCCEEDED, output="1")
-                )
+            first = await self.claim_and_settle(durable_store, paced)
             assert len(first) == 2
-            again = await self.claim(durable_store, "w", 10, routes=paced)
-            if time.monotonic() - began >= seconds:
-                return False
-            assert again == []
-            await anyio.sleep(seconds + 0.1)
-            assert len(await self.claim(durable_store, "w", 10, routes=paced)) == 2
-            return True
+            return await self.paced_again(durable_store, paced, began, seconds, 2)
 
         await self.within_a_window(check)
 
@@ -244,21 +255,11 @@ class ClaimerContract:
                 await self.enqueue(durable_store, 4, row={"queue": queue, "concurrency_key": key})
             paced = self.routes(Queue(queue, key_rate_limit=RateLimit(2, period=seconds)))
             began = time.monotonic()
-            first = await self.claim(durable_store, "w", 10, routes=paced)
-            for item in first:
-                await durable_store.settle(
-                    Settlement(item.lease, WorkflowStatus.SUCCEEDED, output="1")
-                )
+            first = await self.claim_and_settle(durable_store, paced)
             records = [await durable_store.get_workflow(c.id) for c in first]
             keys = sorted(str(r.concurrency_key) for r in records if r is not None)
             assert keys == ["alice"] * 2 + ["bob"] * 2
-            again = await self.claim(durable_store, "w", 10, routes=paced)
-            if time.monotonic() - began >= seconds:
-                return False
-            assert again == []
-            await anyio.sleep(seconds + 0.1)
-            assert len(await self.claim(durable_store, "w", 10, routes=paced)) == 4
-            return True
+            return await self.paced_again(durable_store, paced, began, seconds, 4)
 
         await self.within_a_window(check)
 

@@ -30,7 +30,7 @@ from alembic.operations import ops
 
 from ..durations import utcnow
 from ..errors import ConfigurationError
-from .schema import SCHEMA_VERSION, schema_versions
+from .schema import SCHEMA_VERSION, metadata, schema_versions
 from .schema_history import NOT_ON_SQLITE, VERSIONS, VERSIONS_TABLE, SchemaVersion
 
 REVISION_SLUG = VERSIONS[0].slug
@@ -111,14 +111,6 @@ _PRESENT: dict[type[ops.MigrateOperation], Callable[[sa.Inspector, ops.MigrateOp
 }
 
 
-_TABLES = frozenset(
-    op.table_name
-    for version in VERSIONS
-    for op in version.operations()
-    if isinstance(op, ops.CreateTableOp)
-)
-"""Every table a version creates."""
-
 _ALEMBIC_NOTES = logging.getLogger("alembic.runtime.migration")
 
 
@@ -147,7 +139,7 @@ def upgrade(conn: sa.Connection, target: int = SCHEMA_VERSION) -> tuple[int, int
     # A database with none of the durable tables has none of their parts either: every
     # operation runs without first reflecting whether its result is there (the reflection
     # was three quarters of a new PostgreSQL database's schema time, half of SQLite's).
-    empty = before == 0 and not set(sa.inspect(conn).get_table_names()) & _TABLES
+    empty = before == 0 and not set(sa.inspect(conn).get_table_names()) & set(metadata.tables)
     sqlite = conn.dialect.name == "sqlite"
     with _quiet_alembic():
         context = MigrationContext.configure(conn)
