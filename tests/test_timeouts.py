@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -79,9 +80,18 @@ def timed_out(error: dict[str, object] | None) -> bool:
 
 
 async def test_a_timeout_stops_a_running_body(store: Store) -> None:
-    handle = await DurableClient(store).start_workflow(runs_too_long, "r")
-    with anyio.fail_after(120):
-        assert await runner(store).run_once(handle) is WorkflowStatus.CANCELLED
+    # The test needs the deadline to pass while the slow step runs: on a loaded machine it
+    # can pass before, so a run in which the slow step never began proves nothing and one
+    # with a deadline four times as long follows.
+    seconds = 0.3
+    for number in itertools.count():
+        client = DurableClient(store).with_options(timeout=timedelta(seconds=seconds))
+        handle = await client.start_workflow(runs_too_long, f"r{number}")
+        with anyio.fail_after(120):
+            assert await runner(store).run_once(handle) is WorkflowStatus.CANCELLED
+        if f"r{number}" in RAN:
+            break
+        seconds *= 4
     assert timed_out(await handle.error())
     first, interrupted = await handle.steps()
     assert (first.status, interrupted.status) == (StepStatus.SUCCEEDED, StepStatus.CANCELLED)
