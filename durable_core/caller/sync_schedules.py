@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..definitions.schedules import Overlap, Schedule, ScheduleRecord
 from .client import DurableClient
 from .handle import WorkflowHandle
-
-if TYPE_CHECKING:
-    from .sync import SyncHandle
+from .sync_handle import SyncHandle
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -29,7 +29,8 @@ from ..codec.failures import dump_error, error_record, load_error
 from ..errors import FrameworkError, LeaseLostError
 from ..runtime.attempt import Attempt, Ending
 from ..runtime.compensation import HaltedError, SagaRecord, halted_saga
-from ..runtime.context import WorkflowContext, inside_step
+from ..runtime.context import WorkflowContext
+from ..runtime.in_step import inside_step
 from ..runtime.settling import timeout_error
 from .steps import Step
 

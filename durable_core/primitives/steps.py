@@ -15,7 +15,8 @@ from .. import durations
 from ..definitions.registry import declared_timeout, qualified_name
 from ..definitions.retry import RetryPolicy
 from ..errors import RegistrationError, StepTimeoutError
-from ..runtime.context import WorkflowContext, inside_step
+from ..runtime.context import WorkflowContext
+from ..runtime.in_step import inside_step
 
 P = ParamSpec("P")
 R = TypeVar("R")

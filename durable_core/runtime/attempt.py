@@ -38,31 +38,13 @@ from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
 from .compensation import Sagas, compensating
 from .config import WorkflowConfig
-from .context import enter_step, leave_step
 from .effects import Effects
 from .group_commit import GroupCommit
+from .in_step import enter_step, leave_step
 from .journal import Call, Journal
+from .step_body import StepBody
 from .suspension import Suspension, stopped
 from .waits import Waits, _past_history
-
-
-class StepBody(Protocol):
-    """What the attempt runs of a step (a :class:`~durable_core.primitives.steps.Step`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def retry(self) -> RetryPolicy | None: ...
-
-    @property
-    def direct(self) -> Callable[..., Awaitable[Any]] | None:
-        """What to await in place of :meth:`run_body` when that is all it does, else ``None``."""
-        ...
-
-    async def run_body(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the step's function once, bounded by its timeout."""
-        ...
 
 
 class Keeper(Protocol):

@@ -22,7 +22,7 @@ import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..codec.failures import dump_error, load_error
 from ..errors import FrameworkError, StepNameMismatchError
@@ -30,9 +30,7 @@ from ..seams.compensation_role import compensations_of
 from ..seams.records import ClaimedWorkflow
 from ..seams.store import Store
 from .journal import Call, Journal
-
-if TYPE_CHECKING:
-    from .attempt import StepBody
+from .step_body import StepBody
 
 T = TypeVar("T")
 

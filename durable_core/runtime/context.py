@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from ..definitions.schedules import scheduled_at
 from ..errors import FrameworkError
 from ..seams.store import Store
+from .in_step import inside_step
 
 if TYPE_CHECKING:
     from .attempt import Attempt
 
 _current: ContextVar[WorkflowContext | None] = ContextVar("durable_workflow_context", default=None)
-_inside_step: ContextVar[bool] = ContextVar("durable_inside_step", default=False)
 
 
 @dataclass(eq=False)
@@ -77,21 +77,6 @@ class WorkflowContext:
         _current.reset(token)
 
 
-def inside_step() -> bool:
-    """Whether the current task is inside a step body (nested steps then run inline)."""
-    return _inside_step.get()
-
-
-def enter_step() -> Token[bool]:
-    """Mark the current task as inside a step body."""
-    return _inside_step.set(True)
-
-
-def leave_step(token: Token[bool]) -> None:
-    """Undo :func:`enter_step`."""
-    _inside_step.reset(token)
-
-
 def body_context(primitive: str | None = None) -> WorkflowContext | None:
     """The running workflow when called from its body (not from a step), else ``None``.
 
@@ -100,7 +85,7 @@ def body_context(primitive: str | None = None) -> WorkflowContext | None:
     ctx = _current.get()
     if ctx is None:
         return None
-    if _inside_step.get():
+    if inside_step():
         if primitive is not None:
             raise FrameworkError(
                 f"{primitive} works in a workflow body, not inside a step "
