@@ -47,6 +47,8 @@ CREATE TABLE IF NOT EXISTS step_runs (
 """
 
 _pool: asyncpg.Pool | None = None
+SIDE_TABLE_APP = "durable-tests-side-table"
+"""The ``application_name`` of the side-table pool's sessions (only worker processes have one)."""
 
 
 async def bootstrap() -> None:
@@ -54,7 +56,9 @@ async def bootstrap() -> None:
     global _pool
     url = os.environ["DURABLE_DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://")
     url = url.split("?", 1)[0]  # the store's own options (durable_listen) are not asyncpg's
-    _pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+    _pool = await asyncpg.create_pool(
+        url, min_size=1, max_size=4, server_settings={"application_name": SIDE_TABLE_APP}
+    )
 
 
 async def record(step: str) -> None:

@@ -35,14 +35,17 @@ async def _kill_when(workers: Workers, sql: asyncpg.Connection, victim: object, 
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=120)
 
-    async def flushes_ended() -> bool:  # a statement the dead worker sent may still commit
+    async def statements_ended() -> bool:  # a statement the dead worker sent may still commit
         return not await sql.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
-            " AND datname = current_database()"
-            " AND query LIKE '%unnest%' AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND (application_name = $1"
+            " OR (state = 'active' AND query LIKE '%unnest%'))",
+            app.SIDE_TABLE_APP,
         )
 
-    await eventually(flushes_ended, timeout=120, what="the killed worker's statements to end")
+    # Its step bodies' inserts into step_runs included: a session of the side table's pool
+    # ends only once the statement it had read has ended.
+    await eventually(statements_ended, timeout=120, what="the killed worker's statements to end")
 
 
 async def _committed(sql: asyncpg.Connection, step: str, label: str) -> set[tuple[str, str]]:
