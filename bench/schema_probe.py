@@ -361,12 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     def med(variant: str, field: str) -> float:
         return median([getattr(turn, field) for turn in turns[variant]])
 
+    def against_base(value: float, field: str) -> str:
+        # A smoke run's CPU can read zero: /proc counts in ticks of 10 ms.
+        base = med("base", field)
+        return f"{value / base:.2f}x" if base else "n/a"
+
     print(f"medians of {args.pairs} turns each, {args.count} workflows, c={args.concurrency}:")
     for variant in variants:
         rate, server = med(variant, "rate"), med(variant, "server_us")
         print(
-            f"  {variant}: {rate:,.0f} workflows/s ({rate / med('base', 'rate'):.2f}x base), "
-            f"server CPU {server:.0f} us ({server / med('base', 'server_us'):.2f}x), "
+            f"  {variant}: {rate:,.0f} workflows/s ({against_base(rate, 'rate')} base), "
+            f"server CPU {server:.0f} us ({against_base(server, 'server_us')}), "
             f"worker CPU {med(variant, 'worker_us'):.0f} us per workflow"
         )
     wrong = [
