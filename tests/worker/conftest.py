@@ -15,7 +15,7 @@ import pytest
 
 from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
-from tests.worker.app import SIDE_TABLE_DDL
+from tests.worker.app import SIDE_TABLE_APP, SIDE_TABLE_DDL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,3 +128,19 @@ async def eventually(
             return
         await anyio.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def side_table_writes_ended(sql: asyncpg.Connection) -> None:
+    """Return once no worker process has a session of the side table's pool open in this
+    database: after a SIGKILL, every ``step_runs`` insert the dead worker had sent has
+    ended (a session ends only once the statement it had read has ended), so what
+    ``step_runs`` holds is what ran there."""
+
+    async def ended() -> bool:
+        return not await sql.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = $1",
+            SIDE_TABLE_APP,
+        )
+
+    await eventually(ended, timeout=120, what="the killed worker's step_runs inserts to end")

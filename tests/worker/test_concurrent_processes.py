@@ -14,7 +14,7 @@ import pytest
 from durable_core import DurableClient, WorkflowStatus
 from durable_postgres import PostgresStore
 from tests.worker import app
-from tests.worker.conftest import Workers, eventually
+from tests.worker.conftest import Workers, eventually, side_table_writes_ended
 
 LEASE = 2
 
@@ -35,17 +35,15 @@ async def _kill_when(workers: Workers, sql: asyncpg.Connection, victim: object, 
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=120)
 
-    async def statements_ended() -> bool:  # a statement the dead worker sent may still commit
+    async def flushes_ended() -> bool:  # a statement the dead worker sent may still commit
         return not await sql.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND (application_name = $1"
-            " OR (state = 'active' AND query LIKE '%unnest%'))",
-            app.SIDE_TABLE_APP,
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+            " AND datname = current_database()"
+            " AND query LIKE '%unnest%' AND pid <> pg_backend_pid()"
         )
 
-    # Its step bodies' inserts into step_runs included: a session of the side table's pool
-    # ends only once the statement it had read has ended.
-    await eventually(statements_ended, timeout=120, what="the killed worker's statements to end")
+    await eventually(flushes_ended, timeout=120, what="the killed worker's statements to end")
+    await side_table_writes_ended(sql)
 
 
 async def _committed(sql: asyncpg.Connection, step: str, label: str) -> set[tuple[str, str]]:

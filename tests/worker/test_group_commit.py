@@ -28,7 +28,7 @@ from durable_core.seams.records import (
 )
 from durable_postgres import PostgresStore
 from tests.worker import app
-from tests.worker.conftest import Workers, eventually
+from tests.worker.conftest import Workers, eventually, side_table_writes_ended
 
 
 class RecordingStore(PostgresStore):
@@ -591,6 +591,7 @@ async def test_sigkill_while_a_flush_is_in_flight_loses_nothing_committed(
     await eventually(flush_blocked, timeout=120, what="a flush waiting on the gate's row")
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=120)
+    await side_table_writes_ended(sql)
     ran_before = {
         (r["workflow_id"], r["step"])
         for r in await sql.fetch("SELECT workflow_id, step FROM step_runs")
