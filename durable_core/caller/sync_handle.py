@@ -22,7 +22,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
-class Blocking(Protocol):
+class _Blocking(Protocol):
     """What a handle uses of the :class:`~durable_core.caller.sync.SyncClient` that made it."""
 
     @property
@@ -34,7 +34,7 @@ class Blocking(Protocol):
 class SyncHandle(Generic[R]):
     """The blocking twin of :class:`~durable_core.caller.handle.WorkflowHandle`."""
 
-    def __init__(self, client: Blocking, handle: WorkflowHandle[R]) -> None:
+    def __init__(self, client: _Blocking, handle: WorkflowHandle[R]) -> None:
         self._client = client
         self.id = handle.id
         """The workflow id."""
