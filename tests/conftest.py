@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import atexit
 import inspect
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from durable_core.pytest_plugin import _migrated_sqlite
 from durable_core.seams.store import Store
 from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
@@ -54,14 +53,14 @@ def anyio_backend() -> str:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def sqlite_or_postgres(
-    request: pytest.FixtureRequest, tmp_path: Path
+    request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Store]:
     """An open store with the schema applied, on a fresh SQLite file (``durable.db`` in
     ``tmp_path``) and on a fresh PostgreSQL database named after the test database and
     the test module."""
     store: Store
     if request.param == "sqlite":
-        store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db"))
+        store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory))
     else:
         module = request.module.__name__.rsplit(".", 1)[-1]
         base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
@@ -85,9 +84,11 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 
 
 @pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+async def sqlite_store(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SQLiteStore]:
     """A fresh SQLite file with the schema applied."""
-    store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db"))
+    store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory))
     await store.open()
     await store.apply_schema()
     try:
@@ -167,7 +168,8 @@ async def fresh_postgres_database(
 
 
 _TEMPLATES: dict[str, str] = {}
-"""Per backend, the database this process migrated once, which fresh migrated ones copy."""
+"""Per backend, the database this process migrated once, which fresh migrated ones copy
+(SQLite's is the pytest plugin's)."""
 
 
 async def _apply_schema(url: str) -> None:
@@ -180,19 +182,11 @@ async def _apply_schema(url: str) -> None:
         await store.close()
 
 
-async def migrated_sqlite_url(path: Path) -> str:
-    """The URL of a new SQLite file at ``path`` with the schema applied: a copy of one this
-    process migrated, so a test pays for a file copy instead of the schema's statements."""
-    template = _TEMPLATES.get("sqlite")
-    if template is None:
-        folder = Path(tempfile.mkdtemp(prefix="durable-template-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        template = str(folder / "template.db")
-        await _apply_schema(f"sqlite:///{template}")
-        leftovers = [p.name for p in folder.iterdir() if p.name != "template.db"]
-        assert not leftovers, f"the closed template left {leftovers}: a copy would miss them"
-        _TEMPLATES["sqlite"] = template
-    shutil.copyfile(template, path)
+async def migrated_sqlite_url(path: Path, factory: pytest.TempPathFactory) -> str:
+    """The URL of a new SQLite file at ``path`` with the schema applied: a copy of the one
+    the session migrated for the pytest plugin's ``durable_sqlite_store``, so a test pays
+    for a file copy instead of the schema's statements."""
+    shutil.copyfile(await _migrated_sqlite(factory), path)
     return f"sqlite:///{path}"
 
 

@@ -18,12 +18,14 @@ from tests.conftest import (
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
-async def talk_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+async def talk_store(
+    request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Store]:
     """An open store with the schema applied on a fresh database of each backend."""
     module = request.module.__name__.rsplit(".", 1)[-1]
     base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
     if request.param == "sqlite":
-        url = await migrated_sqlite_url(tmp_path / "durable.db")
+        url = await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory)
     elif request.param == "postgresql":
         url = await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}")
     else:

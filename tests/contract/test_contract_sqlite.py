@@ -22,8 +22,10 @@ from tests.conftest import migrated_sqlite_url
 
 
 @pytest.fixture
-async def durable_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(await migrated_sqlite_url(tmp_path / "contract.db"))
+async def durable_store(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(await migrated_sqlite_url(tmp_path / "contract.db", tmp_path_factory))
     await store.open()
     await store.apply_schema()
     yield store
