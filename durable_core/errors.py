@@ -118,6 +118,13 @@ class StepNameMismatchError(DeterminismError):
     """A different step stands at this index in the cached history."""
 
 
+class HistoryDivergedError(DeterminismError):
+    """A replay made a new call while calls its history holds can no longer be reached (the
+    branch that made them ended without making them, or was never started): the body
+    would silently do new work and leave recorded work behind. ``path`` and ``recorded``
+    name the recorded call left behind, ``called`` the new one."""
+
+
 class WaitTimeoutError(FrameworkError, TimeoutError):
     """Waiting on a workflow ran past its deadline. The workflow is not cancelled."""
 
@@ -343,6 +350,7 @@ __all__ = [
     "StatsNotSupportedError",
     "StepInputMismatchError",
     "StepNameMismatchError",
+    "HistoryDivergedError",
     "StoreError",
     "StoreUnavailableError",
     "StreamClosedError",

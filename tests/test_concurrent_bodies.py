@@ -116,16 +116,17 @@ async def test_branches_replay_to_their_own_results_whatever_order_they_ended_in
     assert await handle.output() == [["before"], ["a0", "a1", "a2"], ["b0", "b1"], ["after"]]
     assert Counter({"before": 1, "a0": 1, "a1": 1, "a2": 1, "b0": 1, "b1": 1, "after": 2}) == RAN
     steps = await handle.steps()
-    # Indexes follow the order calls were made; paths name each branch's calls.
+    # Indexes follow the order calls were made; paths name each branch (the order the body
+    # started it) and the call's number in it, and the body's own calls are numbered apart.
     assert [s.step_index for s in steps] == list(range(7))
     assert {(s.path or str(s.step_index)): s.output for s in steps} == {
         "0": '"before"',
-        "1.0": '"a0"',
-        "2.0": '"b0"',
-        "2.1": '"b1"',
-        "1.1": '"a1"',
-        "1.2": '"a2"',
-        "3": '"after"',
+        "0:0": '"a0"',
+        "1:0": '"b0"',
+        "1:1": '"b1"',
+        "0:1": '"a1"',
+        "0:2": '"a2"',
+        "1": '"after"',
     }
 
 
@@ -275,7 +276,8 @@ async def test_a_determinism_error_in_a_concurrent_body_names_the_index_and_both
 ) -> None:
     handle = await DurableClient(store).start_workflow(changes_its_mind)
     assert await runner(store).run_once(handle) is WorkflowStatus.SUCCEEDED
-    # The branch at path 1 ran `after`; a body now calling `count` there breaks the contract.
+    # The branch started second (path 1:) ran `after`; a body calling `count` there breaks
+    # the contract.
     client = DurableClient(store)
     forked = await client.fork(handle.id, from_step=3)
     changes_its_mind.fn = _changed_mind
@@ -286,7 +288,7 @@ async def test_a_determinism_error_in_a_concurrent_body_names_the_index_and_both
     error = await forked.error()
     assert error is not None and error["type"].endswith("StepNameMismatchError")
     assert StepNameMismatchError.__name__ in error["type"]
-    assert "at index 1" in error["message"] and "branch path 1.0" in error["message"]
+    assert "at index 1" in error["message"] and "branch path 1:0" in error["message"]
     assert "'tests.test_concurrent_bodies.count'" in error["message"]
     assert "'tests.test_concurrent_bodies.after'" in error["message"]
 

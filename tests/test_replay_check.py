@@ -186,7 +186,7 @@ async def test_the_check_reports_each_diverging_workflow_and_runs_nothing(
     )
     assert place.workflow_name == "orders.place" and "index 1" in place.message
     fanout = by_id[ids["fanout"]]
-    assert fanout.step_index == 0 and fanout.path == "0.0"
+    assert fanout.step_index == 0 and fanout.path == "0:0"
     assert (fanout.recorded, fanout.called) == ("orders.reserve", "orders.reserve")
     assert "with input" in fanout.message, "each branch met the other's reserve"
     assert {tag: effects(tag) for tag in TAGS} == ran_before, "no step ran"

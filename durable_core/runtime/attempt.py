@@ -194,7 +194,7 @@ class Attempt(Waits, Effects, Sagas):
             raise
         if self.replaying:
             await _past_history()
-        await self._enter()
+        await self._enter(call)
         try:
             tries = 1
             recorded = call.recorded
@@ -267,7 +267,7 @@ class Attempt(Waits, Effects, Sagas):
                 self._recorded(call)
                 return result
         finally:
-            self._leave()
+            self._leave(call)
 
     async def effect(
         self,
@@ -297,7 +297,7 @@ class Attempt(Waits, Effects, Sagas):
             return call.output
         if self.replaying:
             await _past_history()
-        await self._enter()
+        await self._enter(call)
         try:
             await self._committed()
             output = await self.persist(lambda: act(call))
@@ -307,7 +307,7 @@ class Attempt(Waits, Effects, Sagas):
                 await self._record(call, input_json, output)
             return output
         finally:
-            self._leave()
+            self._leave(call)
 
     # -- what the door does for each call -------------------------------------------------------
 
@@ -358,9 +358,10 @@ class Attempt(Waits, Effects, Sagas):
         while self.clock() < deadline:
             await self.calls.block(call.path, wait)
 
-    async def _enter(self) -> None:
-        """A durable call begins; none may once the attempt has ended (or its body has: a
-        task the body left behind)."""
+    async def _enter(self, call: Call) -> None:
+        """The durable call ``call`` begins; none may once the attempt has ended (or its body
+        has: a task the body left behind). Tasks its branch creates until :meth:`_leave` are
+        no branches (a step's own, a driver's)."""
         if not compensating.get():
             self._halted()
             if self.ending is not None:
@@ -375,8 +376,12 @@ class Attempt(Waits, Effects, Sagas):
                 await stopped()
         else:
             calls.busy += 1
+        if call.branch is not None:
+            call.branch.quiet += 1
 
-    def _leave(self) -> None:
+    def _leave(self, call: Call) -> None:
+        if call.branch is not None:
+            call.branch.quiet -= 1
         calls = self.calls
         calls.busy -= 1
         if calls.blocked and not calls.busy:

@@ -1,35 +1,42 @@
 """The journal of an attempt: what a workflow body recorded, and where each new call stands.
 
-Every durable call of a body (a step, a primitive, a wait) stands at a **path**: its
-place in the body's call order. A body that runs sequentially makes its calls at
-``"0"``, ``"1"``, ``"2"``... A body that runs branches concurrently (``asyncio.gather``,
-an anyio task group) gives each branch the next place of the task that started it,
-in the order the branches first call: the calls of the branch at ``"4"`` stand at
-``"4.0"``, ``"4.1"``... So a path does not depend on when other branches' calls end,
-and a replay finds each branch's own results whatever order they come back in.
+Every durable call of a body (a step, a primitive, a wait) stands at a **path**: the name
+of the branch that makes it (:mod:`.branches`: fixed when its task was created) and the
+call's number in that branch. A body that runs sequentially makes its calls at ``"0"``,
+``"1"``, ``"2"``...; the calls of the third task the body started stand at ``"2:0"``,
+``"2:1"``... So a path depends only on the code's structure, never on which task the event
+loop ran first, and a replay finds each branch's own results whatever order they come
+back in.
 
 A recorded call is a row of ``workflow_steps`` keyed by a step **index**, given in the
 order calls are first made (the history reads in the order things happened). A row
 whose path is its index's (every row of a sequential body) stores no path.
 
-:meth:`Journal.check` is the one replay rule: the call at a path must be the one
-recorded there (same name; a step's same input), or the body broke the determinism
-contract.
+:meth:`Journal.check` is the replay rule: the call at a path must be the one recorded
+there (same name; a step's same input), or the body broke the determinism contract. And
+a replay never silently does new work while recorded work is left behind: once a branch
+has ended without reaching calls recorded under its name (or without starting the
+branch that made them), the next new call raises :class:`~durable_core.errors.HistoryDivergedError`
+naming both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable
-from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from contextvars import Token
 from typing import Any
 
-import anyio
-
-from ..errors import StepInputMismatchError, StepNameMismatchError
+from ..errors import (
+    FrameworkError,
+    HistoryDivergedError,
+    StepInputMismatchError,
+    StepNameMismatchError,
+)
 from ..seams.records import StepRecord, StepStatus
+from . import branches
+from .branches import Branch, branch_var, current_task
 
 ID_NAMESPACE = uuid.UUID("6c1d4b8e-5f0a-4f43-9d57-2b9c61a1e7d3")
 """Ids derived from a workflow id and a call's path (children, messages) live here."""
@@ -40,40 +47,25 @@ def derived_id(workflow_id: str, path: str, item: int = 0) -> str:
     return str(uuid.uuid5(ID_NAMESPACE, f"{workflow_id}/{path}/{item}"))
 
 
-def _task() -> object:
-    """The running task, for telling a body's branches apart."""
-    try:
-        return current_task()
-    except RuntimeError:  # not on asyncio
-        return anyio.get_current_task().id
-
-
-current_task = asyncio.current_task
-
-
-@dataclass(eq=False, slots=True)
-class _Branch:
-    """Where the next call of one task of a body stands."""
-
-    journal: Journal
-    task: object
-    prefix: str
-    next: int = 0
-
-
-_branch: ContextVar[_Branch | None] = ContextVar("durable_branch", default=None)
-
-
 class Call:
     """One durable call of a body: where it stands and what the journal holds there."""
 
-    __slots__ = ("index", "name", "path", "recorded")
+    __slots__ = ("branch", "index", "name", "path", "recorded")
 
-    def __init__(self, index: int, path: str, name: str, recorded: StepRecord | None) -> None:
+    def __init__(
+        self,
+        index: int,
+        path: str,
+        name: str,
+        recorded: StepRecord | None,
+        branch: Branch | None = None,
+    ) -> None:
         self.index = index
         self.path = path
         self.name = name
         self.recorded = recorded
+        self.branch = branch
+        """The branch that makes it."""
 
     @property
     def stored_path(self) -> str | None:
@@ -89,6 +81,17 @@ class Call:
         return None
 
 
+def _split(path: str) -> tuple[str, int] | None:
+    """``(branch prefix, call number)`` of a numbered path; ``None`` for a fixed one (a
+    saga's ``P/undo``) or a path of another numbering."""
+    if "/" in path:
+        return None
+    prefix, colon, number = path.rpartition(":")
+    if not number.isdigit():
+        return None
+    return prefix + colon, int(number)
+
+
 class Journal:
     """The recorded calls of one workflow by path, and the paths and indexes new calls take."""
 
@@ -97,10 +100,24 @@ class Journal:
         """``name (id)`` of the workflow, for errors."""
         self._by_path: dict[str, StepRecord] = {}
         self._next_index = 0
+        self._unvisited: dict[str, set[int]] = {}
+        """Recorded numbered calls not yet made again, by branch prefix."""
+        self._left: list[str] = []
+        """Recorded calls this run can no longer reach (see :meth:`_branch_ended`)."""
         for step in steps:
-            self._by_path[step.path or str(step.step_index)] = step
+            path = step.path or str(step.step_index)
+            self._by_path[path] = step
             self._next_index = max(self._next_index, step.step_index + 1)
-        self._root: _Branch | None = None
+            if "/" in path:
+                continue
+            where = _split(path)
+            if where is None:
+                self._left.append(path)  # recorded under a numbering this code has not
+            else:
+                self._unvisited.setdefault(where[0], set()).add(where[1])
+        self._root: Branch | None = None
+        self._branches: dict[asyncio.Future[Any], Branch] = {}
+        """The live tasks of the body that are branches (not its own task)."""
         self.found = 0
         """How many calls found a record at their path (a replay check compares it with
         :attr:`recorded`)."""
@@ -110,43 +127,72 @@ class Journal:
         """How many calls the history holds."""
         return len(self._by_path)
 
-    def enter(self) -> Token[_Branch | None]:
-        """Make the current task the body's root branch; pass the token to :meth:`leave`."""
-        self._root = _Branch(self, _task(), "")
-        return _branch.set(self._root)
+    # -- the branches ---------------------------------------------------------------------------
+
+    def enter(self) -> Token[Branch | None]:
+        """Make the current task the body's own branch; pass the token to :meth:`leave`."""
+        branches.install()
+        self._root = Branch(self, current_task(), "")
+        return branch_var.set(self._root)
 
     @staticmethod
-    def leave(token: Token[_Branch | None]) -> None:
+    def leave(token: Token[Branch | None]) -> None:
         """Undo :meth:`enter`."""
-        _branch.reset(token)
+        branch_var.reset(token)
 
-    def _here(self) -> _Branch:
-        """The current task's branch; a task met for the first time opens a branch of the
-        task that started it, at that task's next place."""
-        branch = _branch.get()
-        if branch is None or branch.journal is not self:
-            branch = self._root
-            assert branch is not None, "the body runs between enter() and leave()"
-        try:
-            task: object = current_task()
-        except RuntimeError:
-            task = _task()
-        if branch.task is not task:
-            place = branch.next
-            branch.next += 1
-            branch = _Branch(self, task, f"{branch.prefix}{place}.")
-            _branch.set(branch)
+    def started(self, branch: Branch, task: asyncio.Future[Any]) -> None:
+        """The body started ``task`` as ``branch`` (the task factory tells)."""
+        self._branches[task] = branch
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        branch = self._branches.pop(task, None)
+        if branch is not None and not task.cancelled():
+            branch.ended = True
+            self._branch_ended(branch)
+
+    def tasks(self) -> Iterator[asyncio.Future[Any]]:
+        """The body's live tasks other than its own."""
+        return iter(list(self._branches))
+
+    def _branch_ended(self, branch: Branch) -> None:
+        """``branch`` returned or raised: the calls recorded under its name that it did not
+        make, and those of the branches it did not start, can no longer be reached."""
+        if not self._unvisited:
+            return
+        prefix, spawned = branch.prefix, branch.spawned
+        for owner, numbers in self._unvisited.items():
+            if not numbers or not owner.startswith(prefix):
+                continue
+            if owner != prefix and int(owner[len(prefix) :].split(":", 1)[0]) < spawned:
+                continue  # a branch it started: that one answers for its calls
+            self._left.append(f"{owner}{min(numbers)}")
+
+    def _here(self, name: str) -> Branch:
+        """The branch of the running task."""
+        branch = branch_var.get()
+        if branch is None or branch.journal is not self or branch.task is not current_task():
+            raise FrameworkError(
+                f"workflow {self.workflow} called {name!r} from a task it cannot place: "
+                "a body's tasks are named as they are created (asyncio's task factory, "
+                "which durable-core installs on the loop); a task made another way (a "
+                "replaced task factory, an eager task factory, a thread) cannot make "
+                "durable calls. Make the call from the body or a task it creates with "
+                "asyncio.create_task, gather, TaskGroup or an anyio task group."
+            )
         return branch
+
+    # -- the calls ------------------------------------------------------------------------------
 
     def peek(self) -> StepRecord | None:
         """What the journal holds at the current branch's next path."""
-        branch = self._here()
-        return self._by_path.get(f"{branch.prefix}{branch.next}")
+        branch = self._here("a patch")
+        return self._by_path.get(f"{branch.prefix}{branch.calls}")
 
     def next_path(self) -> str:
         """The path the current branch's next call will take."""
-        branch = self._here()
-        return f"{branch.prefix}{branch.next}"
+        branch = self._here("a saga")
+        return f"{branch.prefix}{branch.calls}"
 
     def recorded_at(self, path: str) -> StepRecord | None:
         """What the journal holds at ``path``."""
@@ -154,21 +200,49 @@ class Journal:
 
     def call(self, name: str, *, at: str | None = None) -> Call:
         """Take the next path for a call of ``name`` (or the path ``at``, outside the
-        branches' numbering: a saga's compensations): its index, and what is recorded there."""
+        branches' numbering: a saga's compensations): its index, and what is recorded there.
+
+        A new call while recorded calls can no longer be reached raises
+        :class:`~durable_core.errors.HistoryDivergedError`."""
+        branch: Branch | None
         if at is None:
-            branch = self._here()
-            place = branch.next
-            branch.next = place + 1
+            branch = self._here(name)
+            place = branch.calls
+            branch.calls = place + 1
             path = f"{branch.prefix}{place}" if branch.prefix else str(place)
         else:
-            path = at
+            branch, place, path = branch_var.get(), -1, at
         recorded = self._by_path.get(path)
         if recorded is None:
+            if self._left:
+                self._diverged(name, path)
             index = self._next_index
             self._next_index += 1
-            return Call(index, path, name, None)
+            return Call(index, path, name, None, branch)
         self.found += 1
-        return Call(recorded.step_index, path, name, recorded)
+        if place >= 0 and branch is not None:
+            numbers = self._unvisited.get(branch.prefix)
+            if numbers is not None:
+                numbers.discard(place)
+        return Call(recorded.step_index, path, name, recorded, branch)
+
+    def _diverged(self, name: str, path: str) -> None:
+        left = self._left[0]
+        recorded = self._by_path[left]
+        raise HistoryDivergedError(
+            f"workflow {self.workflow} made a new call {name!r} at path {path} while its "
+            f"history holds {recorded.step_name!r} at path {left} (index "
+            f"{recorded.step_index}), which this run can no longer reach: the branch that "
+            "made it has ended without making it, or was never started. A replay must "
+            "start the same branches in the same order and make the same calls in each. "
+            "Branches that share work by timing (several tasks taking items from one "
+            "queue, the first to finish deciding what runs next) are not deterministic: "
+            "give each branch its own inputs, or move the choice into a step.",
+            index=recorded.step_index,
+            path=left,
+            recorded=recorded.step_name,
+            called=name,
+        )
 
     def check(self, call: Call, input_json: str | None = None, *, step: bool = False) -> None:
         """The replay rule: raise :class:`StepNameMismatchError` when another call is
@@ -183,7 +257,7 @@ class Journal:
             raise StepNameMismatchError(
                 f"workflow {self.workflow} called {what} at index {call.index}{_at(call)}, "
                 f"but its history has {had} there. The body must make the same calls in "
-                "the same order on every run: move branching into a step.",
+                f"the same order on every run: move branching into a step{_shared(call)}.",
                 **_where(call),
             )
         if (
@@ -194,7 +268,8 @@ class Journal:
             raise StepInputMismatchError(
                 f"workflow {self.workflow} replayed {what} at index {call.index}{_at(call)} "
                 f"with input {input_json} but it first ran with {recorded.input}. Step "
-                "inputs must be deterministic: compute non-deterministic values inside a step.",
+                "inputs must be deterministic: compute non-deterministic values inside a "
+                f"step{_shared(call)}.",
                 **_where(call),
             )
 
@@ -211,3 +286,13 @@ def _where(call: Call) -> dict[str, Any]:
 
 def _at(call: Call) -> str:
     return "" if call.stored_path is None else f" (branch path {call.path})"
+
+
+def _shared(call: Call) -> str:
+    """What to say of branches to a concurrent body (a call on a branch's path)."""
+    if ":" not in call.path:
+        return ""
+    return (
+        ". Branches must not share work by timing (several tasks taking items from one "
+        "queue, or reading what another branch set): give each branch its own inputs"
+    )

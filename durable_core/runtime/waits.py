@@ -41,9 +41,9 @@ class WaitDoor(Protocol):
 
     async def _record(self, call: Call, input_json: str, output: str) -> None: ...
 
-    async def _enter(self) -> None: ...
+    async def _enter(self, call: Call) -> None: ...
 
-    def _leave(self) -> None: ...
+    def _leave(self, call: Call) -> None: ...
 
     async def wait(
         self,
@@ -100,7 +100,7 @@ class Waits:
             deadline = _parse_instant(recorded.output)
         else:
             deadline = self.clock() + until if isinstance(until, timedelta) else until
-        await self._enter()
+        await self._enter(call)
         try:
             while True:
                 result = await over(call)
@@ -122,7 +122,7 @@ class Waits:
                 )
                 await self.calls.block(call.path, wait)
         finally:
-            self._leave()
+            self._leave(call)
 
     async def sleep(self: WaitDoor, input_json: str, until: timedelta | datetime) -> None:
         """A durable sleep: over at its deadline only."""
