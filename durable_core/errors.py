@@ -373,3 +373,14 @@ __all__ = [
     "WorkflowNotFoundError",
     "WorkflowTimeoutError",
 ]
+
+
+def leaf_errors(exc: BaseException) -> list[BaseException]:
+    """The exceptions ``exc`` stands for: itself, or the leaves of an exception group (a task
+    group's, nested groups flattened), in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves: list[BaseException] = []
+        for inner in exc.exceptions:
+            leaves.extend(leaf_errors(inner))
+        return leaves
+    return [exc]

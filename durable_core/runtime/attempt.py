@@ -36,6 +36,7 @@ from ..seams.events import AttemptEvent
 from ..seams.plugins import observers, observing
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter, Store
+from .branches import branch_var, current_task
 from .compensation import Sagas, compensating
 from .config import WorkflowConfig
 from .effects import Effects
@@ -44,7 +45,7 @@ from .in_step import enter_step, leave_step
 from .journal import Call, Journal
 from .step_body import StepBody
 from .suspension import Suspension, stopped
-from .waits import Waits, _past_history
+from .waits import Waits
 
 
 class Keeper(Protocol):
@@ -78,6 +79,10 @@ _MAX_STORE_BACKOFF = 2.0
 SUSPEND_RETRY_AFTER = 5.0
 """A step retry due later than this many seconds waits as a durable wait (the workflow
 suspends once nothing else runs) instead of holding its worker slot."""
+
+
+class ReplayStopped(BaseException):
+    """Ends a branch of a replay check that went as far as its history goes."""
 
 
 class Attempt(Waits, Effects, Sagas):
@@ -126,11 +131,13 @@ class Attempt(Waits, Effects, Sagas):
         self.body_scope = anyio.CancelScope()
         self.patches: dict[str, bool] = {}
         """Each patch id's answer in this attempt (see :mod:`durable_core.primitives.patching`)."""
-        self.calls = Suspension(self._suspend, clock, config.poll_interval)
+        self.calls = Suspension(self._suspend, clock, config.poll_interval, self._ready)
         """The durable calls in flight, and when they suspend the workflow."""
         self.replaying = False
         """A replay check (:mod:`durable_core.runtime.replay`): nothing runs and nothing is written;
         a branch stops at its first call the history does not end."""
+        self.replay_over: anyio.Event | None = None
+        """In a replay check: set once every branch has gone as far as its history goes."""
 
     @functools.cached_property
     def event(self) -> AttemptEvent:
@@ -193,7 +200,7 @@ class Attempt(Waits, Effects, Sagas):
             self.failed_step = (call.index, step.name)
             raise
         if self.replaying:
-            await _past_history()
+            await self.past_history()
         await self._enter(call)
         try:
             tries = 1
@@ -296,7 +303,7 @@ class Attempt(Waits, Effects, Sagas):
             self._replayed(call)
             return call.output
         if self.replaying:
-            await _past_history()
+            await self.past_history()
         await self._enter(call)
         try:
             await self._committed()
@@ -357,6 +364,18 @@ class Attempt(Waits, Effects, Sagas):
         )
         while self.clock() < deadline:
             await self.calls.block(call.path, wait)
+
+    def _ready(self) -> bool:
+        """Whether a branch of the body other than the running one is ready to run."""
+        return self.journal.ready(current_task())
+
+    async def past_history(self) -> None:
+        """A replay check reached a call its history has not ended: this branch goes no
+        further. It waits until the check is over, then unwinds (whatever shields it)."""
+        over = self.replay_over
+        if over is not None:
+            await over.wait()
+        raise ReplayStopped()
 
     async def _enter(self, call: Call) -> None:
         """The durable call ``call`` begins; none may once the attempt has ended (or its body
@@ -427,7 +446,18 @@ class Attempt(Waits, Effects, Sagas):
         """Run a store write, retrying while the database is unreachable and the lease lasts.
 
         A refused write (the lease is gone) ends the attempt: in the body, the body is
-        stopped as anyio cancels it; elsewhere :class:`LeaseLostError` is raised."""
+        stopped as anyio cancels it; elsewhere :class:`LeaseLostError` is raised. Tasks a
+        driver creates meanwhile are no branches of the body (a replay makes no write)."""
+        branch = branch_var.get()
+        if branch is None:
+            return await self._persist(operation)
+        branch.quiet += 1
+        try:
+            return await self._persist(operation)
+        finally:
+            branch.quiet -= 1
+
+    async def _persist(self, operation: Callable[[], Awaitable[T]]) -> T:
         delay = 0.05
         while True:
             if self.ending is Ending.LEASE_LOST:

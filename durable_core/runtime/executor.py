@@ -12,6 +12,7 @@ worker or touches another workflow.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -210,7 +211,11 @@ class Executor:
         try:
             with attempt.body_scope:
                 return await fn(*args, **kwargs), None
-            return None, None  # the body was stopped: the attempt's ending says why
+            # The body was stopped: by whatever decided the attempt's ending, or else by
+            # the workflow's deadline (the scope's, on the monotonic clock).
+            if attempt.ending is None and attempt.halt is None:
+                attempt.ending = Ending.TIMED_OUT
+            return None, None
         except Exception as exc:
             return None, exc
         except BaseException as exc:
@@ -228,3 +233,16 @@ class Executor:
             keeper.release(attempt)
             attempt.journal.leave(branch)
             ctx.deactivate(token)
+            await _stop_left_behind(attempt)
+
+
+async def _stop_left_behind(attempt: Attempt) -> None:
+    """Cancel the tasks the body left running (a member of ``asyncio.gather`` whose sibling
+    failed, a task it never awaited) and wait for them to end: nothing of the body runs
+    once the attempt settles."""
+    tasks = list(attempt.journal.tasks())
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(tasks)

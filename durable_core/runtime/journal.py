@@ -155,6 +155,14 @@ class Journal:
         """The body's live tasks other than its own."""
         return iter(list(self._branches))
 
+    def ready(self, running: object) -> bool:
+        """Whether a task of the body other than ``running`` is ready to run."""
+        root = self._root
+        task = None if root is None else root.task
+        if task is not None and task is not running and branches.runnable(task):
+            return True
+        return any(task is not running and branches.runnable(task) for task in self._branches)
+
     def _branch_ended(self, branch: Branch) -> None:
         """``branch`` returned or raised: the calls recorded under its name that it did not
         make, and those of the branches it did not start, can no longer be reached."""

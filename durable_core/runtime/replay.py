@@ -14,7 +14,11 @@ same from a test over exported files.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +26,23 @@ from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
 from ..codec import decode_arguments
 from ..codec.failures import error_record
 from ..definitions.registry import Registry, default_registry
 from ..durations import utcnow
-from ..errors import ConfigurationError, DeterminismError, FrameworkError, WorkflowNotFoundError
+from ..errors import (
+    ConfigurationError,
+    DeterminismError,
+    FrameworkError,
+    WorkflowNotFoundError,
+    leaf_errors,
+)
 from ..seams.records import ClaimedWorkflow, Lease, StepRecord, StepStatus, WorkflowStatus
 from ..seams.store import Store
 from .attempt import Attempt
+from .branches import runnable
 from .config import WorkflowConfig
 from .context import WorkflowContext
 
@@ -142,19 +154,75 @@ class Report:
 
 
 class _NoStore:
-    """What a replay's attempt writes through: nothing (a replay never gets to write)."""
+    """What a replay's attempt runs on: a store that plays every role (so a primitive may
+    look up the role it would use) and refuses every call (a replay never gets to make one)."""
 
     description = "no store (a replay check writes nothing)"
 
     def __getattr__(self, name: str) -> Any:
-        raise FrameworkError(f"a replay check touched the store ({name}); it must write nothing")
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise FrameworkError(
+                f"a replay check touched the store ({name}); it must write nothing"
+            )
+
+        return refuse
 
 
-async def replay(history: History, registry: Registry | None = None) -> Divergence | None:
+DEADLINE = 60.0
+"""Seconds a replay may take before the check gives up on it and reports it."""
+
+
+async def replay(
+    history: History, registry: Registry | None = None, *, deadline: float = DEADLINE
+) -> Divergence | None:
     """Replay ``history`` through the workflow of that name in ``registry`` (the default
-    registry): ``None`` when the code follows it, else where it leaves it."""
-    registry = registry or default_registry
+    registry): ``None`` when the code follows it, else where it leaves it.
 
+    The body runs in a thread of its own, on an event loop of its own, so nothing it does
+    can hold the check: a replay that has not ended after ``deadline`` seconds (a body
+    blocked on something that is not durable, in a shielded scope) is left behind and
+    reported as a divergence."""
+    registry = registry or default_registry
+    result: concurrent.futures.Future[Divergence | None] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            asyncio.run(_replay(history, registry, result))
+        except BaseException as exc:  # a body that broke the loop itself
+            if not result.done():
+                result.set_exception(exc)
+
+    threading.Thread(target=run, name=f"replay {history.workflow_id}", daemon=True).start()
+    wait = functools.partial(result.result, timeout=deadline)
+    try:
+        return await anyio.to_thread.run_sync(wait, abandon_on_cancel=True)
+    except concurrent.futures.TimeoutError:
+        return Divergence(
+            history.workflow_id,
+            history.workflow_name,
+            f"the replay did not end within {deadline:g}s: the new code blocks on something "
+            "that is not durable (and cannot be cancelled) before its history ends",
+        )
+
+
+async def _replay(
+    history: History,
+    registry: Registry,
+    result: concurrent.futures.Future[Divergence | None],
+) -> None:
+    """:func:`replay` on the replay's own loop: its outcome into ``result``."""
+    try:
+        found = await _replayed(history, registry)
+    except BaseException as exc:
+        result.set_exception(exc)
+        raise
+    result.set_result(found)
+
+
+async def _replayed(history: History, registry: Registry) -> Divergence | None:
     def diverged(message: str, **where: Any) -> Divergence:
         return Divergence(history.workflow_id, history.workflow_name, message, **where)
 
@@ -177,34 +245,39 @@ async def replay(history: History, registry: Registry | None = None) -> Divergen
     )
     attempt = Attempt(cast(Store, _NoStore()), WorkflowConfig(), claimed, utcnow)
     attempt.replaying = True
+    over = attempt.replay_over = anyio.Event()
     await attempt.load_history()
     ctx = WorkflowContext.of(attempt)
     kwargs = definition.body_kwargs(kwargs, ctx.scheduled_at)
+    journal = attempt.journal
     outcome: list[BaseException | None] = []
 
     async def body() -> None:
         token = ctx.activate()
-        branch = attempt.journal.enter()
+        branch = journal.enter()
         try:
             with attempt.body_scope:
                 await definition.fn(*args, **kwargs)
-                outcome.append(None)
-        except Exception as exc:
+            outcome.append(None)
+        except BaseException as exc:
             outcome.append(exc)
         finally:
-            attempt.journal.leave(branch)
+            journal.leave(branch)
             ctx.deactivate(token)
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(body)
-        journal, still = attempt.journal, 0
-        seen = -1
-        while not outcome and still < _STALL_ROUNDS:
-            await anyio.lowlevel.checkpoint()
-            still = still + 1 if journal.found == seen else 0
-            seen = journal.found
-        attempt.body_scope.cancel()
-    failure = outcome[0] if outcome else None
+    task = asyncio.get_running_loop().create_task(body())
+    still, seen = 0, -1
+    while not task.done() and still < _STALL_ROUNDS:
+        await anyio.lowlevel.checkpoint()
+        progressed = journal.found != seen or any(runnable(t) for t in journal.tasks())
+        still = 0 if progressed else still + 1
+        seen = journal.found
+    over.set()  # every branch has gone as far as its history goes: each unwinds
+    attempt.body_scope.cancel()
+    for branch_task in journal.tasks():
+        branch_task.cancel()
+    await asyncio.wait({task})
+    failure = _failure(outcome[0]) if outcome else None
     if isinstance(failure, DeterminismError):
         return diverged(
             str(failure),
@@ -219,12 +292,27 @@ async def replay(history: History, registry: Registry | None = None) -> Divergen
             f"the new code raised {record['type']}: {failure} after replaying "
             f"{journal.found} of its {journal.recorded} recorded calls"
         )
-    if outcome and journal.found < journal.recorded:
+    if outcome and outcome[0] is None and journal.found < journal.recorded:
         return diverged(
             f"the new code returned after replaying {journal.found} of the "
             f"{journal.recorded} recorded calls: it no longer makes the others"
         )
     return None
+
+
+def _failure(exc: BaseException | None) -> BaseException | None:
+    """What a replayed body's end says of the new code: ``None`` when it only stopped where
+    its history ends (or was stopped there), else the error it raised (a determinism
+    error first, from inside an exception group)."""
+    if exc is None:
+        return None
+    errors = [e for e in leaf_errors(exc) if isinstance(e, Exception)]
+    if not errors:
+        return None  # branches stopped at the end of the history, or cancelled there
+    for error in errors:
+        if isinstance(error, DeterminismError):
+            return error
+    return errors[0]
 
 
 async def export(store: Store, workflow_id: str) -> History:

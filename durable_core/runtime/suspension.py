@@ -25,10 +25,14 @@ import anyio.lowlevel
 from ..seams.records import Wait
 
 _SETTLE_ROUNDS = 3
-"""Turns of the event loop a decision to suspend waits for, so that branches made ready
-by the last call that ended (a gather's next member, a task group's parent) start
-their own calls first."""
+"""Turns of the event loop a decision to suspend waits for at least, so that branches made
+ready by the last call that ended (a gather's next member, a task group's parent) start
+their own calls first; then it waits while any branch is still ready to run."""
 
+
+_READY_ROUNDS = 1000
+"""Turns of the event loop a decision to suspend waits at most for branches that are ready
+to run (one that never waits on anything would otherwise hold the workflow forever)."""
 
 _STOP_ROUNDS = 100
 """Turns of the event loop a stopped body's cancellation takes at most to reach a branch
@@ -43,8 +47,11 @@ class Suspension:
         suspend: Callable[[list[Wait]], Awaitable[bool]],
         clock: Callable[[], datetime],
         poll: float,
+        ready: Callable[[], bool] = lambda: False,
     ) -> None:
         self._suspend = suspend
+        self._ready = ready
+        """Whether a branch of the body other than the calling one is ready to run."""
         """Writes the waits and cancels the body (True), or finds one over (False)."""
         self._clock = clock
         self._poll = poll
@@ -129,10 +136,12 @@ class Suspension:
         nothing but blocked waits is in flight."""
         self._considering = True
         try:
-            for _ in range(_SETTLE_ROUNDS):
+            for rounds in range(_READY_ROUNDS):
                 await anyio.lowlevel.checkpoint()
                 if self.busy or self.closed:
                     return
+                if rounds >= _SETTLE_ROUNDS and not self._ready():
+                    break
         finally:
             self._considering = False
         decided = self._deciding = anyio.Event()

@@ -10,8 +10,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
-import anyio
-
 from ..seams.records import Lease, StepStatus, Wait, WaitKind
 from ..seams.store import StepWriter
 from .journal import Call
@@ -42,6 +40,8 @@ class WaitDoor(Protocol):
     async def _record(self, call: Call, input_json: str, output: str) -> None: ...
 
     async def _enter(self, call: Call) -> None: ...
+
+    async def past_history(self) -> None: ...
 
     def _leave(self, call: Call) -> None: ...
 
@@ -94,7 +94,7 @@ class Waits:
             self._replayed(call)
             return call.output
         if self.replaying:
-            await _past_history()
+            await self.past_history()
         recorded = call.recorded
         if recorded is not None and recorded.status is StepStatus.WAITING:
             deadline = _parse_instant(recorded.output)
@@ -185,11 +185,6 @@ class Waits:
             over=over,
             timed_out=lambda deadline: "null",
         )
-
-
-async def _past_history() -> None:
-    """A replay check reached a call its history has not ended: this branch stops here."""
-    await anyio.sleep_forever()
 
 
 async def _never(call: Call) -> None:
