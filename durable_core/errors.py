@@ -372,6 +372,9 @@ __all__ = [
     "StepTimeoutError",
     "WorkflowNotFoundError",
     "WorkflowTimeoutError",
+    "is_retryable",
+    "leaf_errors",
+    "sole_error",
 ]
 
 
@@ -384,3 +387,16 @@ def leaf_errors(exc: BaseException) -> list[BaseException]:
             leaves.extend(leaf_errors(inner))
         return leaves
     return [exc]
+
+
+def sole_error(exc: BaseException) -> BaseException:
+    """The one exception an exception group stands for (a task group one branch of which
+    failed), else ``exc`` itself: what a rule that reads an error's type reads."""
+    leaves = leaf_errors(exc)
+    return leaves[0] if len(leaves) == 1 else exc
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether running again could end otherwise: not when ``exc`` (or, for an exception
+    group, any exception in it) is a :class:`FrameworkError` marked not retryable."""
+    return all(not isinstance(leaf, FrameworkError) or leaf.retryable for leaf in leaf_errors(exc))

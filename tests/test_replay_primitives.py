@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from durable_core import DurableClient, InvalidStateError, Registry, WorkflowStatus
+from durable_core import (
+    DurableClient,
+    InvalidStateError,
+    Registry,
+    WorkflowStatus,
+    recv,
+    workflow,
+    workflow_step,
+)
 from durable_core.codec import encode
 from durable_core.runtime.replay import export, replay, replay_check
 from durable_core.seams.store import Store
@@ -66,8 +74,9 @@ async def test_every_journaled_call_replays_unchanged_code_and_an_inserted_step_
 
     await client.send(handle.id, "now", topic="finish")
     assert await _until_it_waits(runner, handle.id) is WorkflowStatus.SUCCEEDED
+    year = (await handle.steps())[4].output or ""
     assert await handle.output() == (
-        f"first, {(await handle.steps())[4].output[1:5]}, True, patched, cup: hello, "
+        f"first, {year[1:5]}, True, patched, cup: hello, "
         "compensated, branch 0, branch 0 again, branch 1, branch 1 again, left, right, now"
     )
     assert await replay(await export(store, handle.id), SAME) is None, "replays to its end"
@@ -106,3 +115,36 @@ async def test_replay_check_command_gates_a_deploy_on_every_kind_of_call(tmp_pat
     assert changed.returncode == 1, changed.stdout + changed.stderr
     lines = changed.stdout.splitlines()
     assert any(line.startswith(f"{handle.id} every.flow at index 0") for line in lines), lines
+
+
+STUCK = Registry()
+
+
+@workflow_step(name="stuck.note")
+async def stuck_note(what: str) -> str:
+    return what
+
+
+@workflow(name="stuck.flow", registry=STUCK)
+async def stuck_v1() -> str:
+    first = await stuck_note("first")
+    return f"{first}, {await stuck_note('second')}, {await recv('finish')}"
+
+
+async def test_a_replay_that_never_ends_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """The new code blocks forever in a shielded scope before its history ends: the check
+    gives up on it after ``--timeout`` and reports it (exit 1); the process ends."""
+    from durable_sqlite import SQLiteStore
+
+    url = f"sqlite:///{tmp_path / 'flight.db'}"
+    async with SQLiteStore(url) as store:
+        await store.apply_schema()
+        handle = await DurableClient(store).start_workflow(stuck_v1)
+        runner = WorkflowRunner(store, registry=STUCK)
+        assert await runner.run_once(handle) is WorkflowStatus.WAITING
+
+    app = ("--app", "tests.replay_apps.stuck", "--database-url", url)
+    checked = _durable("replay-check", *app, "--timeout", "1")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    [line] = checked.stdout.splitlines()
+    assert line.startswith(f"{handle.id} stuck.flow: the replay did not end within 1s"), line

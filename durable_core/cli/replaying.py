@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
 import anyio
 
 from ..errors import ConfigurationError
-from ..runtime.replay import Divergence, Report, export, read_history, replay, replay_check
+from ..runtime.replay import (
+    DEADLINE,
+    Divergence,
+    Report,
+    export,
+    read_history,
+    replay,
+    replay_check,
+)
 from .common import import_app, opened_store, with_app, with_database
 
 
@@ -42,6 +51,14 @@ def add_commands(commands: Any) -> None:
     check.add_argument("--workflow", action="append", default=[], metavar="ID")
     check.add_argument("--name", action="append", default=[], help="only workflows of this name")
     check.add_argument("--json", action="store_true")
+    check.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEADLINE,
+        metavar="SECONDS",
+        help=f"give up on a replay that has not ended after this long, reporting it as a "
+        f"divergence (default {DEADLINE:g})",
+    )
     check.set_defaults(run=_replay_check)
 
 
@@ -63,14 +80,17 @@ async def _replay_check(args: argparse.Namespace) -> int:
     if args.history:
         report = Report()
         for path in args.history:
-            found = await replay(read_history(path))
+            found = await replay(read_history(path), deadline=args.timeout)
             report.checked += 1
             if found is not None:
                 report.divergences.append(found)
     else:
         async with opened_store(args.database_url, args.embedded_dir) as store:
             report = await replay_check(
-                store, workflow_ids=args.workflow or None, names=args.name or None
+                store,
+                workflow_ids=args.workflow or None,
+                names=args.name or None,
+                deadline=args.timeout,
             )
     if args.json:
         print(
@@ -92,6 +112,17 @@ async def _replay_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if report.divergences else 0
+
+
+def _positive_seconds(text: str) -> float:
+    """``--timeout``'s value: a positive number of seconds (argparse reports the error)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return seconds
 
 
 def _line(divergence: Divergence) -> str:

@@ -9,25 +9,41 @@ import traceback
 from typing import Any
 
 from .._moved import current_name
-from ..errors import WorkflowCancelledError, WorkflowFailedError, WorkflowTimeoutError
+from ..errors import (
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowTimeoutError,
+    leaf_errors,
+    sole_error,
+)
 from ..seams.records import WorkflowStatus
 
 
 def error_record(
     exc: BaseException, *, step_index: int | None = None, step_name: str | None = None
 ) -> dict[str, Any]:
-    """The type, message, traceback and failing step of an exception, as a JSON-ready dict."""
-    kind = type(exc)
-    record = {
+    """The type, message, traceback and failing step of an exception, as a JSON-ready dict.
+
+    An exception group that stands for one exception (a task group one branch of which
+    failed) is recorded as that exception, so its type reaches whoever reads the error;
+    one of several keeps each as a record of its own under ``details.exceptions``."""
+    one = sole_error(exc)
+    kind = type(one)
+    record: dict[str, Any] = {
         "type": f"{kind.__module__}.{kind.__qualname__}",
-        "message": str(exc),
+        "message": str(one),
         "traceback": "".join(traceback.format_exception(exc)),
         "step_index": step_index,
         "step_name": step_name,
     }
-    details = getattr(exc, "recorded_details", None)
+    details = getattr(one, "recorded_details", None)
     if callable(details):  # what an error keeps besides its message (a saga's compensations)
         record["details"] = details()
+    elif one is exc and isinstance(exc, BaseExceptionGroup):
+        leaves = [error_record(leaf) for leaf in leaf_errors(exc)]
+        for leaf in leaves:
+            del leaf["step_index"], leaf["step_name"]
+        record["details"] = {"exceptions": leaves}
     return record
 
 

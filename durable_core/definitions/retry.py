@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 
 from ..durations import MAX_SECONDS, seconds
-from ..errors import ConfigurationError, FrameworkError, InvalidDurationError
+from ..errors import ConfigurationError, FrameworkError, InvalidDurationError, leaf_errors
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,11 @@ class RetryPolicy:
         return min(max(base, 0.0), MAX_SECONDS)
 
     def retries(self, error: BaseException) -> bool:
-        """Whether ``error`` may be retried at all."""
+        """Whether ``error`` may be retried at all; an exception group (a task group whose
+        branches failed) only when every exception in it may."""
+        return all(self._retries(leaf) for leaf in leaf_errors(error))
+
+    def _retries(self, error: BaseException) -> bool:
         if isinstance(error, FrameworkError) and not error.retryable:
             return False
         return isinstance(error, self.retry_on) and not isinstance(error, self.give_up_on)

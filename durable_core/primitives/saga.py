@@ -26,7 +26,7 @@ import anyio
 
 from ..codec import encode_arguments
 from ..codec.failures import dump_error, error_record, load_error
-from ..errors import FrameworkError, LeaseLostError
+from ..errors import FrameworkError, LeaseLostError, sole_error
 from ..runtime.attempt import Attempt, Ending
 from ..runtime.compensation import HaltedError, SagaRecord, halted_saga
 from ..runtime.context import WorkflowContext
@@ -211,6 +211,8 @@ class Saga:
         ``None`` when it must not (the attempt stops for another reason)."""
         if record.undo is not None:
             return record.undo, run.halt is not None
+        if exc is not None:
+            exc = sole_error(exc)  # a task group in the block: the error of its one branch
         halt = run.halt
         if halt is not None and (exc is None or isinstance(exc, HaltedError)):
             return halt.error, True

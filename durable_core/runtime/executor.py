@@ -210,7 +210,9 @@ class Executor:
         keeper.keep(attempt)
         try:
             with attempt.body_scope:
-                return await fn(*args, **kwargs), None
+                result = await fn(*args, **kwargs)
+                attempt.journal.returned()
+                return result, None
             # The body was stopped: by whatever decided the attempt's ending, or else by
             # the workflow's deadline (the scope's, on the monotonic clock).
             if attempt.ending is None and attempt.halt is None:

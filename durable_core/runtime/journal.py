@@ -234,18 +234,28 @@ class Journal:
                 numbers.discard(place)
         return Call(recorded.step_index, path, name, recorded, branch)
 
-    def _diverged(self, name: str, path: str) -> None:
+    def returned(self) -> None:
+        """The body returned: raise :class:`~durable_core.errors.HistoryDivergedError` if
+        it left recorded calls behind (its own, or those of branches it did not start)."""
+        root = self._root
+        if root is not None:
+            self._branch_ended(root)
+        if self._left:
+            self._diverged(None, None)
+
+    def _diverged(self, name: str | None, path: str | None) -> None:
         left = self._left[0]
         recorded = self._by_path[left]
+        what = "returned" if name is None else f"made a new call {name!r} at path {path}"
         raise HistoryDivergedError(
-            f"workflow {self.workflow} made a new call {name!r} at path {path} while its "
-            f"history holds {recorded.step_name!r} at path {left} (index "
-            f"{recorded.step_index}), which this run can no longer reach: the branch that "
-            "made it has ended without making it, or was never started. A replay must "
-            "start the same branches in the same order and make the same calls in each. "
-            "Branches that share work by timing (several tasks taking items from one "
-            "queue, the first to finish deciding what runs next) are not deterministic: "
-            "give each branch its own inputs, or move the choice into a step.",
+            f"workflow {self.workflow} {what} while its history holds "
+            f"{recorded.step_name!r} at path {left} (index {recorded.step_index}), which "
+            "this run can no longer reach: the branch that made it has ended without making "
+            "it, or was never started. A replay must start the same branches in the same "
+            "order and make the same calls in each. Branches that share work by timing "
+            "(several tasks taking items from one queue, the first to finish deciding what "
+            "runs next) are not deterministic: give each branch its own inputs, or move the "
+            "choice into a step.",
             index=recorded.step_index,
             path=left,
             recorded=recorded.step_name,

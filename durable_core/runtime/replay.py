@@ -339,9 +339,11 @@ async def replay_check(
     statuses: Iterable[WorkflowStatus] = IN_FLIGHT,
     names: Sequence[str] | None = None,
     page: int = 500,
+    deadline: float = DEADLINE,
 ) -> Report:
     """Replay the history of every workflow in ``store`` with one of ``statuses`` (those
-    in flight), or only ``workflow_ids``, through ``registry``."""
+    in flight), or only ``workflow_ids``, through ``registry`` (each within ``deadline``
+    seconds, see :func:`replay`)."""
     report = Report()
     if workflow_ids is not None:
         ids: list[str] = list(workflow_ids)
@@ -360,7 +362,7 @@ async def replay_check(
                         break
                     before = rows[-1].id
     for workflow_id in ids:
-        found = await replay(await export(store, workflow_id), registry)
+        found = await replay(await export(store, workflow_id), registry, deadline=deadline)
         report.checked += 1
         if found is not None:
             report.divergences.append(found)
@@ -380,7 +382,7 @@ def read_history(path: str | Path) -> History:
 
 
 async def check_histories(
-    paths: Iterable[str | Path], registry: Registry | None = None
+    paths: Iterable[str | Path], registry: Registry | None = None, *, deadline: float = DEADLINE
 ) -> list[Divergence]:
     """Replay exported history files through ``registry``: every divergence (none: the
     code can be deployed beside them). For a test::
@@ -390,7 +392,7 @@ async def check_histories(
     """
     found = []
     for path in paths:
-        divergence = await replay(read_history(path), registry)
+        divergence = await replay(read_history(path), registry, deadline=deadline)
         if divergence is not None:
             found.append(divergence)
     return found

@@ -11,7 +11,14 @@ import contextlib
 import logging
 
 from ..codec.failures import dump_error, error_record
-from ..errors import FrameworkError, InvalidStateError, LeaseLostError, WorkflowTimeoutError
+from ..errors import (
+    FrameworkError,
+    InvalidStateError,
+    LeaseLostError,
+    WorkflowTimeoutError,
+    is_retryable,
+    leaf_errors,
+)
 from ..redaction import get_logger
 from ..seams.compensation_role import compensations_of
 from ..seams.plugins import observers, observing
@@ -71,12 +78,13 @@ async def fail(
     (and the error can be retried), else failed."""
     row, policy = attempt.claimed, attempt.policy
     if retryable is None:
-        if any(exc is given for given in attempt.given_up):
+        given_up = {id(leaf) for given in attempt.given_up for leaf in leaf_errors(given)}
+        if any(id(leaf) in given_up for leaf in leaf_errors(exc)):
             retryable = False
         elif policy is not None:
             retryable = policy.retries(exc)
         else:
-            retryable = not isinstance(exc, FrameworkError) or exc.retryable
+            retryable = is_retryable(exc)
     index, name = attempt.failed_step or (None, None)
     record = error_record(exc, step_index=index, step_name=name)
     error = dump_error(record)
@@ -96,7 +104,7 @@ async def fail(
             row.attempts,
             row.max_attempts,
             record["type"],
-            exc,
+            record["message"],
             delay,
             extra={**attempt.fields, "outcome": "retry", "error_type": record["type"]},
         )
@@ -111,7 +119,7 @@ async def fail(
         row.attempts,
         row.max_attempts,
         record["type"],
-        exc,
+        record["message"],
         extra={**attempt.fields, "outcome": "failed", "error_type": record["type"]},
     )
     observers().durable_workflow_failed(attempt=attempt.event, error=record)
