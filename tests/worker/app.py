@@ -563,6 +563,32 @@ async def gathered_steps(branches: int, steps: int, pause: float) -> list[int]:
     return list(await asyncio.gather(*(branch(b) for b in range(branches))))
 
 
+@workflow
+async def beside_own_steps(steps: int, pause: float) -> list[int]:
+    """A background task of paced steps (1000 + i) beside the body's own (i)."""
+
+    async def background() -> int:
+        return sum([await paced_step(1000 + i, pause) for i in range(steps)])
+
+    task = asyncio.create_task(background())
+    mine = sum([await paced_step(i, pause * 1.3) for i in range(steps)])
+    return [mine, await task]
+
+
+@workflow
+async def spawned_in_a_loop(steps: int, pause: float) -> int:
+    """Each paced step (i) of the body starts a branch running another (500 + i)."""
+    done: list[int] = []
+
+    async def handle(i: int) -> None:
+        done.append(await paced_step(500 + i, pause * 2))
+
+    async with anyio.create_task_group() as group:
+        for i in range(steps):
+            group.start_soon(handle, await paced_step(i, pause))
+    return sum(done)
+
+
 @workflow_step
 async def napped(i: int) -> str:
     await record(f"nap{i}")

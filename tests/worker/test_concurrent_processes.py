@@ -82,6 +82,44 @@ async def test_sigkill_during_a_gather_of_steps_keeps_every_committed_branch(
     assert again == ran_before - committed, "exactly the uncommitted steps ran again"
 
 
+@pytest.mark.parametrize(
+    ("body", "args", "output", "runs"),
+    [
+        (app.beside_own_steps, (6, 0.2), [15, sum(1000 + i for i in range(6))], 12),
+        (app.spawned_in_a_loop, (6, 0.2), sum(500 + i for i in range(6)), 12),
+    ],
+    ids=["a background task beside the body's steps", "branches spawned in a loop"],
+)
+async def test_sigkill_beside_the_bodys_own_steps_runs_no_committed_step_again(
+    pg: PostgresStore,
+    workers: Workers,
+    sql: asyncpg.Connection,
+    body: object,
+    args: tuple[int, float],
+    output: object,
+    runs: int,
+) -> None:
+    """Branches started beside the body's own steps took the body's places on the replay
+    after a kill, so finished steps ran again (issue 34, defect 1)."""
+    client = DurableClient(pg)
+    handles = await client.start_workflows(body, [args] * 3)  # type: ignore[call-overload]
+    victim = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=8)
+    await _kill_when(
+        workers, sql, victim, "SELECT count(*) >= 15 FROM step_runs WHERE step LIKE 'paced%'"
+    )
+    committed = await _committed(sql, "paced_step", "paced")
+    assert committed
+
+    workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=8)
+    for handle in handles:
+        assert await handle.wait_with_timeout(120) is WorkflowStatus.SUCCEEDED
+        assert await handle.output() == output
+    ran = await _runs(sql, "paced%")
+    assert len(ran) == 3 * runs, "every step of every branch ran"
+    again = {key for key, n in ran.items() if n > 1}
+    assert not again & committed, f"steps committed before the kill ran again: {again & committed}"
+
+
 async def test_sigkill_during_a_gather_of_sleeps_wakes_every_branch_once(
     pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
 ) -> None:
