@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install quickstart test lint docs docs-serve bench bench-smoke
+.PHONY: install quickstart test lint docs docs-serve bench bench-smoke fuzz
 
 $(VENV)/.installed: pyproject.toml tests/example_store_plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ docs-serve: install
 
 test: lint docs
 	$(PY) -m pytest -n 4 --dist worksteal
+
+# The replay fuzzer's long profile: new generated bodies on every run (FUZZ_EXAMPLES of them).
+FUZZ_EXAMPLES ?= 1000
+fuzz: install
+	DURABLE_FUZZ_PROFILE=long DURABLE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_replay_fuzz.py -q --hypothesis-show-statistics
 
 bench: install
 	$(PY) -m bench
