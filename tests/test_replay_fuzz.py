@@ -172,8 +172,8 @@ async def _op(op: list[Any], at: str, sink: str) -> Any:
         tasks = [asyncio.create_task(c) for c in coros]
         return [await task for task in tasks]
     if mode == "taskgroup":
-        async with asyncio.TaskGroup() as group:
-            started = [group.create_task(c) for c in coros]
+        async with asyncio.TaskGroup() as together:
+            started = [together.create_task(c) for c in coros]
         return [task.result() for task in started]
     out: list[Any] = [None] * len(coros)
 

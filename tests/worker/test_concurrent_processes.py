@@ -11,7 +11,7 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from durable_core import DurableClient, WorkflowStatus
+from durable_core import DurableClient, Workflow, WorkflowStatus
 from durable_postgres import PostgresStore
 from tests.worker import app
 from tests.worker.conftest import Workers, eventually, side_table_writes_ended
@@ -94,7 +94,7 @@ async def test_sigkill_beside_the_bodys_own_steps_runs_no_committed_step_again(
     pg: PostgresStore,
     workers: Workers,
     sql: asyncpg.Connection,
-    body: object,
+    body: Workflow[..., object],
     args: tuple[int, float],
     output: object,
     runs: int,
@@ -102,7 +102,7 @@ async def test_sigkill_beside_the_bodys_own_steps_runs_no_committed_step_again(
     """Branches started beside the body's own steps took the body's places on the replay
     after a kill, so finished steps ran again (issue 34, defect 1)."""
     client = DurableClient(pg)
-    handles = await client.start_workflows(body, [args] * 3)  # type: ignore[call-overload]
+    handles = await client.start_workflows(body, [args] * 3)
     victim = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE, WORKFLOW_CONCURRENCY=8)
     await _kill_when(
         workers, sql, victim, "SELECT count(*) >= 15 FROM step_runs WHERE step LIKE 'paced%'"
