@@ -209,6 +209,7 @@ def test_effects_written_apart_from_the_lease_fail_the_effect_fencing_tests(
     )
     assert broken["skipped"] == []
     assert "test_a_body_sends_with_its_call_recorded" in broken["passed"]
-    assert "test_a_lease_that_lost_the_workflow_cannot_write_an_effect[set_event-reclaimed]" in (
-        broken["passed"]
+    assert (
+        "test_a_lease_that_lost_the_workflow_cannot_write_an_effect[set_event-reclaimed]"
+        in (broken["passed"])
     )
