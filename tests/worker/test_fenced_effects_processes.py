@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -34,12 +33,9 @@ APP = "tests.worker.apps.fencing"
 Landed = Callable[[asyncpg.Connection], Awaitable[list[str]]]
 
 
-@dataclass
-class Kind:
-    """How to start a workflow of one kind of effect, and read back what its effects wrote
-    (each marked with the attempt that wrote it)."""
-
-    start: Callable[[DurableClient, PostgresStore], Awaitable[tuple[WorkflowHandle[int], Landed]]]
+Start = Callable[[DurableClient, PostgresStore], Awaitable[tuple[WorkflowHandle[int], Landed]]]
+"""Starts a workflow of one kind of effect; with what reads back what its effects wrote (each
+marked with the attempt that wrote it)."""
 
 
 async def _sends(client: DurableClient, pg: PostgresStore) -> tuple[WorkflowHandle[int], Landed]:
@@ -67,9 +63,7 @@ async def _starts(client: DurableClient, pg: PostgresStore) -> tuple[WorkflowHan
     return handle, landed
 
 
-def _own(
-    workflow: Callable[[], Awaitable[int]], query: str
-) -> Callable[[DurableClient, PostgresStore], Awaitable[tuple[WorkflowHandle[int], Landed]]]:
+def _own(workflow: Callable[[], Awaitable[int]], query: str) -> Start:
     """A kind whose effect lands in the workflow's own rows, read by ``query`` ($1: its id)."""
 
     async def start(client: DurableClient, pg: PostgresStore) -> tuple[WorkflowHandle[int], Landed]:
@@ -96,29 +90,23 @@ async def _replies(client: DurableClient, pg: PostgresStore) -> tuple[WorkflowHa
     return handle, landed
 
 
-KINDS = {
-    "send": Kind(_sends),
-    "child_start": Kind(_starts),
-    "set_event": Kind(
-        _own(
-            fencing.publishes,
-            "SELECT value FROM workflow_events WHERE workflow_id = $1 AND key = 'owner'",
-        )
+KINDS: dict[str, Start] = {
+    "send": _sends,
+    "child_start": _starts,
+    "set_event": _own(
+        fencing.publishes,
+        "SELECT value FROM workflow_events WHERE workflow_id = $1 AND key = 'owner'",
     ),
-    "stream_write": Kind(
-        _own(
-            fencing.streams,
-            "SELECT value FROM workflow_streams WHERE workflow_id = $1 ORDER BY stream_offset",
-        )
+    "stream_write": _own(
+        fencing.streams,
+        "SELECT value FROM workflow_streams WHERE workflow_id = $1 ORDER BY stream_offset",
     ),
-    "attribute_set": Kind(
-        _own(
-            fencing.tags,
-            "SELECT value_number::int FROM workflow_attributes "
-            "WHERE workflow_id = $1 AND name = 'owner'",
-        )
+    "attribute_set": _own(
+        fencing.tags,
+        "SELECT value_number::int FROM workflow_attributes "
+        "WHERE workflow_id = $1 AND name = 'owner'",
     ),
-    "update_reply": Kind(_replies),
+    "update_reply": _replies,
 }
 
 
@@ -127,7 +115,7 @@ async def test_a_paused_workers_late_effect_is_refused_in_its_transaction(
     kind: str, pg: PostgresStore, workers: Workers, sql: asyncpg.Connection, tmp_path: Path
 ) -> None:
     client = DurableClient(pg)
-    handle, landed = await KINDS[kind].start(client, pg)
+    handle, landed = await KINDS[kind](client, pg)
     here = {"FENCE_DIR": str(tmp_path)}
     zombie = workers.start(app=APP, WORKFLOW_CONCURRENCY=1, WORKFLOW_LOCK_TIMEOUT_SECS=600, **here)
 
