@@ -33,6 +33,7 @@ from ..errors import (
 from ..primitives.updates import update
 from ..runtime.config import default_max_attempts
 from ..runtime.context import WorkflowContext, body_context, body_effect
+from ..runtime.effects import Enqueue
 from ..seams.attributes import (
     AttributeValue,
     attributes_of,
@@ -240,9 +241,10 @@ class DurableClient(AdminMethods, ScheduleMethods, OnCallMethods):
             await self._write(rows)
         return [WorkflowHandle(self.store, row.id, row.name) for row in rows]
 
-    async def _write(self, rows: list[NewWorkflow]) -> None:
+    async def _write(self, rows: list[NewWorkflow], enqueue: Enqueue | None = None) -> None:
+        """Write ``rows`` through ``enqueue`` (a body's: fenced), else this store's."""
         rows = [_with_headers(row) for row in rows]
-        written = set(await self.store.enqueue(rows))
+        written = set(await (enqueue or self.store.enqueue)(rows))
         for row in rows:
             if row.id in written:
                 observers().durable_workflow_enqueued(

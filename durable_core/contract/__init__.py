@@ -28,7 +28,8 @@ That is the whole suite, for a store that plays every role of
 the class of each role it plays instead: :class:`CallerContract` (enqueue and
 read; no other role needed), :class:`RunContract`, :class:`AttemptContract`,
 :class:`AdminContract`, :class:`ScheduleContract`, and those that need several:
-:class:`WaitingContract`, :class:`EngineContract` (through the executor, what
+:class:`WaitingContract`, :class:`EffectsContract` (a body's effects, fenced),
+:class:`EngineContract` (through the executor, what
 a :class:`~durable_core.testing.WorkflowRunner` needs), :class:`ListingContract`.
 
 A store that claims (a :class:`~durable_core.seams.store.Claimer`) adds
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from .caller_contract import CallerContract
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .compensation_contract import CompensationContract
+    from .effects_contract import EffectsContract
     from .engine_contract import EngineContract
     from .flow_contract import DebounceContract
     from .listing_contract import ListingContract
@@ -74,6 +76,7 @@ _WHERE = {
     "AdminContract": "admin_contract",
     "AttemptContract": "attempt_contract",
     "CallerContract": "caller_contract",
+    "EffectsContract": "effects_contract",
     "ContractBase": "base",
     "EngineContract": "engine_contract",
     "ListingContract": "listing_contract",
@@ -99,6 +102,7 @@ __all__ = [
     "AttemptContract",
     "CallerContract",
     "ContractBase",
+    "EffectsContract",
     "EngineContract",
     "ListingContract",
     "RunContract",

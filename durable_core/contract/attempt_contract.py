@@ -23,7 +23,7 @@ from ..seams.records import (
 )
 from ..seams.store import Store
 from . import workflows as wfs
-from .base import ContractBase
+from .base import STALE_KINDS, ContractBase
 from .support import (
     ODD_TEXTS,
     big_text,
@@ -41,8 +41,6 @@ _WRITES = (
     "settle_failed",
     "settle_pending",
 )
-
-_STALE_KINDS = ("reclaimed", "settled", "cancelled", "forged", "unknown_workflow")
 
 
 class AttemptContract(ContractBase):
@@ -286,36 +284,6 @@ class AttemptContract(ContractBase):
 
     # -- fencing --------------------------------------------------------------
 
-    async def _stale_lease(self, store: Store, kind: str) -> tuple[Lease, Lease | None]:
-        """A lease that no longer holds its workflow, and the lease that does (if any).
-
-        The stale holder recorded step 0 (succeeded) and step 1 (running) first.
-        """
-        if kind == "unknown_workflow":
-            return Lease(new_workflow().id, "token-of-nothing", "worker-a"), None
-        lease_seconds = self.short_lease if kind == "reclaimed" else 30.0
-        claimed = await self.acquired(store, lease_seconds=lease_seconds)
-        stale = claimed.lease
-        await store.start_step(stale, 0, "s0", '"in0"')
-        await store.complete_step(stale, 0, '"out0"')
-        await store.start_step(stale, 1, "s1", '"in1"')
-        current: Lease | None = None
-        if kind == "reclaimed":
-            await self.expire()
-            reclaimed = await store.acquire(claimed.id, worker_id="worker-b", lease_seconds=30)
-            assert reclaimed is not None
-            current = reclaimed.lease
-        elif kind == "settled":
-            await store.settle(Settlement(stale, WorkflowStatus.SUCCEEDED, output='"done"'))
-        elif kind == "cancelled":
-            await store.cancel_workflow(claimed.id)
-        elif kind == "forged":
-            current = stale
-            stale = Lease(claimed.id, "forged-" + stale.token[:20], stale.worker_id)
-        else:
-            raise AssertionError(kind)
-        return stale, current
-
     @staticmethod
     def _write(store: Store, lease: Lease, write: str) -> Callable[[], Awaitable[None]]:
         operations: dict[str, Callable[[], Awaitable[None]]] = {
@@ -336,12 +304,12 @@ class AttemptContract(ContractBase):
         }
         return operations[write]
 
-    @pytest.mark.parametrize("kind", _STALE_KINDS)
+    @pytest.mark.parametrize("kind", STALE_KINDS)
     @pytest.mark.parametrize("write", _WRITES)
     async def test_a_lease_that_lost_the_workflow_cannot_write(
         self, durable_store: Store, kind: str, write: str
     ) -> None:
-        stale, current = await self._stale_lease(durable_store, kind)
+        stale, current = await self.stale_lease(durable_store, kind)
         before = await snapshot(durable_store, stale.workflow_id)
         with pytest.raises(LeaseLostError):
             await self._write(durable_store, stale, write)()

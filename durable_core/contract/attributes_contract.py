@@ -19,7 +19,8 @@ from ..errors import ConfigurationError, LeaseLostError, WorkflowNotFoundError
 from ..seams.attributes import AttributeRange, Attributes, AttributeValue
 from ..seams.records import StepStatus, WorkflowStatus
 from ..seams.store import Store
-from .support import new_workflow, unique_name
+from .base import STALE_KINDS, stale_lease
+from .support import new_workflow, snapshot, unique_name
 from .talk_contract import held
 
 
@@ -75,6 +76,18 @@ class AttributesContract:
             await a.record_attributes(stale, {"customer": "other"}, 2, name, "[]")
         assert (await a.get_attributes(claimed.id))["customer"] == "acme"
         assert len(await durable_store.load_steps(claimed.id)) == 2
+
+    @pytest.mark.parametrize("kind", STALE_KINDS)
+    async def test_a_lease_that_lost_the_workflow_cannot_set_them(
+        self, durable_store: Store, kind: str
+    ) -> None:
+        a = attributes(durable_store)
+        stale, _ = await stale_lease(durable_store, kind)
+        before = await snapshot(durable_store, stale.workflow_id)
+        with pytest.raises(LeaseLostError):
+            await a.record_attributes(stale, {"owner": "late"}, 2, "durable.set_attributes", "[]")
+        assert await a.get_attributes(stale.workflow_id) == {}
+        assert await snapshot(durable_store, stale.workflow_id) == before
 
     async def test_a_caller_sets_changes_and_removes_them_in_any_state(
         self, durable_store: Store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -16,9 +16,12 @@ import pytest
 from ..runtime.config import WorkflowConfig
 from ..seams.records import (
     ClaimedWorkflow,
+    Lease,
+    Settlement,
     Wait,
     WaitKind,
     WorkflowRecord,
+    WorkflowStatus,
 )
 from ..seams.roles import CallerStore
 from ..seams.store import Store
@@ -67,6 +70,56 @@ def wait_for(
 ) -> Wait:
     name = f"durable.{kind.value}"
     return Wait(kind, key, deadline, index, name, json.dumps([key]), output, path)
+
+
+STALE_KINDS = ("reclaimed", "settled", "cancelled", "forged", "unknown_workflow")
+"""How a lease comes not to hold its workflow (:func:`stale_lease`)."""
+
+
+async def stale_lease(
+    store: Store,
+    kind: str,
+    *,
+    short_lease: float = 0.05,
+    first: Callable[[Lease], Awaitable[object]] | None = None,
+) -> tuple[Lease, Lease | None]:
+    """A lease that no longer holds its workflow, and the lease that does (if any): another
+    worker took it over once it expired (``reclaimed``, held ``short_lease`` seconds), its
+    attempt ``settled``, it was ``cancelled``, or it never held it (``forged``: another
+    token; ``unknown_workflow``).
+
+    The stale holder recorded step 0 (succeeded) and step 1 (running) first, then did
+    ``first(lease)`` (if given) while it still held it.
+    """
+    if kind == "unknown_workflow":
+        return Lease(new_workflow().id, "token-of-nothing", "worker-a"), None
+    row = new_workflow()
+    await store.enqueue([row])
+    lease_seconds = short_lease if kind == "reclaimed" else 30.0
+    claimed = await store.acquire(row.id, worker_id="worker-a", lease_seconds=lease_seconds)
+    assert claimed is not None, "a fresh pending workflow must be acquirable"
+    stale = claimed.lease
+    await store.start_step(stale, 0, "s0", '"in0"')
+    await store.complete_step(stale, 0, '"out0"')
+    await store.start_step(stale, 1, "s1", '"in1"')
+    if first is not None:
+        await first(stale)
+    current: Lease | None = None
+    if kind == "reclaimed":
+        await anyio.sleep(short_lease * 2 + 0.05)
+        reclaimed = await store.acquire(claimed.id, worker_id="worker-b", lease_seconds=30)
+        assert reclaimed is not None
+        current = reclaimed.lease
+    elif kind == "settled":
+        await store.settle(Settlement(stale, WorkflowStatus.SUCCEEDED, output='"done"'))
+    elif kind == "cancelled":
+        await store.cancel_workflow(claimed.id)
+    elif kind == "forged":
+        current = stale
+        stale = Lease(claimed.id, "forged-" + stale.token[:20], stale.worker_id)
+    else:
+        raise AssertionError(kind)
+    return stale, current
 
 
 class ContractBase:
@@ -127,6 +180,10 @@ class ContractBase:
         claimed = await store.acquire(workflow_id, worker_id=worker_id, lease_seconds=lease_seconds)
         assert claimed is not None, "a fresh pending workflow must be acquirable"
         return claimed
+
+    async def stale_lease(self, store: Store, kind: str) -> tuple[Lease, Lease | None]:
+        """:func:`stale_lease`, a reclaimed lease held ``short_lease`` seconds."""
+        return await stale_lease(store, kind, short_lease=self.short_lease)
 
     async def expire(self) -> None:
         """Wait until a lease of ``short_lease`` seconds has expired."""

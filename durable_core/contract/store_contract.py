@@ -8,6 +8,7 @@ from __future__ import annotations
 from .admin_contract import AdminContract
 from .attempt_contract import AttemptContract
 from .caller_contract import CallerContract
+from .effects_contract import EffectsContract
 from .engine_contract import EngineContract
 from .listing_contract import ListingContract
 from .run_contract import RunContract
@@ -24,6 +25,7 @@ class StoreContract(
     AdminContract,
     EngineContract,
     WaitingContract,
+    EffectsContract,
     ScheduleContract,
     ListingContract,
 ):

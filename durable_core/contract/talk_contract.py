@@ -22,7 +22,9 @@ from ..errors import (
     WorkflowNotFoundError,
 )
 from ..seams.records import (
+    BodyCall,
     ClaimedWorkflow,
+    Lease,
     Settlement,
     StepStatus,
     UpdateStatus,
@@ -31,7 +33,8 @@ from ..seams.records import (
     WorkflowStatus,
 )
 from ..seams.store import Store, Streams, Updates
-from .support import new_workflow
+from .base import STALE_KINDS, stale_lease
+from .support import new_workflow, snapshot
 
 
 def streams(store: Store) -> Streams:
@@ -112,6 +115,18 @@ class StreamsContract:
             await s.write_stream(claimed.lease, "k", "1", 0, "durable.write_stream", '["k"]')
         assert (await s.read_stream(claimed.id, "k")).entries == []
         assert await durable_store.load_steps(claimed.id) == []
+
+    @pytest.mark.parametrize("kind", STALE_KINDS)
+    async def test_a_lease_that_lost_the_workflow_cannot_write_to_a_stream(
+        self, durable_store: Store, kind: str
+    ) -> None:
+        s = streams(durable_store)
+        stale, _ = await stale_lease(durable_store, kind)
+        before = await snapshot(durable_store, stale.workflow_id)
+        with pytest.raises(LeaseLostError):
+            await s.write_stream(stale, "k", '"late"', 2, "durable.write_stream", '["k"]')
+        assert (await s.read_stream(stale.workflow_id, "k")).entries == []
+        assert await snapshot(durable_store, stale.workflow_id) == before
 
     async def test_a_watch_returns_after_a_write_or_its_timeout(self, durable_store: Store) -> None:
         s = streams(durable_store)
@@ -222,6 +237,43 @@ class UpdatesContract:
         assert late is not None and late.status is UpdateStatus.TAKEN
         with pytest.raises(UpdateNotHandledError, match="it is succeeded"):
             await u.send_update(claimed.id, "u4", "approve", "4")
+
+    async def test_a_reply_with_its_call_records_the_call(self, durable_store: Store) -> None:
+        u = updates(durable_store)
+        claimed = await held(durable_store)
+        await u.send_update(claimed.id, "u1", "approve", "1")
+        await u.take_update(claimed.lease, "u1", 0, "durable.recv_update", "[]", "[]")
+        call = BodyCall(claimed.lease, 1, "durable.reply_update", '["u1"]', "null", "1")
+        await u.reply_update(claimed.lease, "u1", '"yes"', call=call)
+        replied = await u.get_update(claimed.id, "u1")
+        assert replied is not None and (replied.status, replied.reply) == (
+            UpdateStatus.REPLIED,
+            '"yes"',
+        )
+        steps = await durable_store.load_steps(claimed.id)
+        assert [(x.step_index, x.step_name, x.status, x.path) for x in steps] == [
+            (0, "durable.recv_update", StepStatus.SUCCEEDED, None),
+            (1, "durable.reply_update", StepStatus.SUCCEEDED, "1"),
+        ]
+
+    @pytest.mark.parametrize("kind", STALE_KINDS)
+    async def test_a_lease_that_lost_the_workflow_cannot_reply(
+        self, durable_store: Store, kind: str
+    ) -> None:
+        u = updates(durable_store)
+
+        async def take(lease: Lease) -> None:
+            await u.send_update(lease.workflow_id, "u1", "approve", "1")
+            assert await u.take_update(lease, "u1", 2, "durable.recv_update", "[]", "[]")
+
+        stale, _ = await stale_lease(durable_store, kind, first=take)
+        before = await snapshot(durable_store, stale.workflow_id)
+        taken = await u.get_update(stale.workflow_id, "u1")
+        call = BodyCall(stale, 3, "durable.reply_update", '["u1"]', "null")
+        with pytest.raises(LeaseLostError):
+            await u.reply_update(stale, "u1", '"late"', call=call)
+        assert await u.get_update(stale.workflow_id, "u1") == taken, "no reply written"
+        assert await snapshot(durable_store, stale.workflow_id) == before
 
     async def test_a_pending_update_ends_a_wait_on_its_name(self, durable_store: Store) -> None:
         u = updates(durable_store)

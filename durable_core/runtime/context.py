@@ -98,8 +98,10 @@ def body_context(primitive: str | None = None) -> WorkflowContext | None:
 async def body_effect(name: str, args: list[Any], act: Callable[[], Awaitable[str]]) -> str:
     """Run the write ``act`` (it returns its output JSON). From a workflow body, through
     the attempt: once per call site (a replay returns the recorded output), after every
-    write before it has committed. Elsewhere, at once."""
+    write before it has committed, once the lease is renewed (``act`` takes none: see
+    :meth:`~durable_core.runtime.effects.Effects.fence_checked`). Elsewhere, at once."""
     ctx = body_context()
     if ctx is None:
         return await act()
-    return await ctx.run.effect(name, json.dumps(args), lambda call: act())
+    run = ctx.run
+    return await run.effect(name, json.dumps(args), lambda call: run.fence_checked(act))

@@ -18,13 +18,17 @@ from typing import Protocol, TypeVar
 
 from ..seams.attributes import AttributeValue, attributes_of
 from ..seams.plugins import message_sent
-from ..seams.records import ClaimedWorkflow, Lease, NewWorkflow, StepStatus, WaitKind
+from ..seams.records import BodyCall, ClaimedWorkflow, Lease, NewWorkflow, StepStatus, WaitKind
 from ..seams.roles import CallerStore
 from ..seams.store import StepWriter, Store
 from ..seams.talk_roles import streams_of, updates_of
+from .config import WorkflowConfig
 from .journal import Call, Journal, derived_id
 
 T = TypeVar("T")
+
+Enqueue = Callable[[Sequence[NewWorkflow]], Awaitable[Sequence[str]]]
+"""How a start's rows are written (a store's ``enqueue``, or its fenced ``enqueue_from``)."""
 
 
 class Door(Protocol):
@@ -34,6 +38,7 @@ class Door(Protocol):
     writes: StepWriter
     lease: Lease
     claimed: ClaimedWorkflow
+    config: WorkflowConfig
     clock: Callable[[], datetime]
     journal: Journal
     patches: dict[str, bool]
@@ -65,6 +70,8 @@ class Door(Protocol):
 
     def _replayed(self, call: Call) -> None: ...
 
+    async def fence_checked(self, write: Callable[[], Awaitable[T]]) -> T: ...
+
 
 class Effects:
     """The attempt's effects beyond steps and waits (a part of
@@ -73,11 +80,14 @@ class Effects:
     async def set_event(self: Door, key: str, value: str) -> None:
         """Publish ``value`` under ``key`` for this workflow, once per call site."""
 
+        input_json = json.dumps([key])
+
         async def publish(call: Call) -> str:
-            await self.writes.set_event(self.lease, key, value)
+            written = _written(self.lease, call, input_json, "null")
+            await self.writes.set_event(self.lease, key, value, call=written)
             return "null"
 
-        await self.effect("durable.set_event", json.dumps([key]), publish)
+        await self.effect("durable.set_event", input_json, publish, records=True)
 
     async def write_stream(self: Door, key: str, value: str | None) -> int:
         """Append ``value`` to this workflow's stream ``key`` (``None`` closes it), once per
@@ -160,12 +170,14 @@ class Effects:
     async def reply_update(self: Door, update_id: str, reply: str) -> None:
         """Reply ``reply`` to the update ``update_id`` this workflow took, once per call site."""
         updates = updates_of(self.store)
+        input_json = json.dumps([update_id])
 
         async def answer(call: Call) -> str:
-            await updates.reply_update(self.lease, update_id, reply)
+            written = _written(self.lease, call, input_json, "null")
+            await updates.reply_update(self.lease, update_id, reply, call=written)
             return "null"
 
-        await self.effect("durable.reply_update", json.dumps([update_id]), answer)
+        await self.effect("durable.reply_update", input_json, answer, records=True)
 
     async def send(
         self: Door,
@@ -176,29 +188,39 @@ class Effects:
         store: CallerStore | None = None,
     ) -> None:
         """Send ``payload`` to ``workflow_id``'s ``recv(topic)`` once per call site (its
-        idempotency key derived from the call unless given), on ``store`` (this one)."""
+        idempotency key derived from the call unless given), on ``store`` (this one): fenced
+        by the lease and recorded in the transaction that sends, or, on another store,
+        once the lease is renewed (:meth:`fence_checked`)."""
 
         target = store or self.store
+        here = target is self.store
+        input_json = json.dumps([workflow_id, topic])
 
         async def deliver(call: Call) -> str:
             key = idempotency_key or derived_id(self.claimed.id, call.path)
-            await target.send(workflow_id, topic, payload, key)
+            if here:
+                written = _written(self.lease, call, input_json, "null")
+                await self.writes.send_from(written, workflow_id, topic, payload, key)
+            else:
+                await self.fence_checked(lambda: target.send(workflow_id, topic, payload, key))
             await message_sent(target, workflow_id, topic)
             return "null"
 
-        await self.effect("durable.send", json.dumps([workflow_id, topic]), deliver)
+        await self.effect("durable.send", input_json, deliver, records=here)
 
     async def start(
         self: Door,
         rows: Sequence[NewWorkflow],
         chosen: Sequence[bool],
-        write: Callable[[list[NewWorkflow]], Awaitable[None]],
+        write: Callable[[list[NewWorkflow], Enqueue | None], Awaitable[None]],
         *,
         children: bool,
     ) -> list[str]:
-        """Start ``rows`` once per call site through ``write``; their ids. ``children``
-        (on this store) take ids derived from the call unless ``chosen[i]``, and this
-        workflow as their parent; others keep the ids they have, recorded."""
+        """Start ``rows`` once per call site through ``write`` (given how to enqueue them);
+        their ids. ``children`` (on this store) take ids derived from the call unless
+        ``chosen[i]``, and this workflow as their parent, fenced by the lease and recorded
+        in the transaction that starts them; others (on another store) keep the ids they
+        have, started once the lease is renewed (:meth:`fence_checked`), recorded."""
         calls = json.dumps(
             [[row.name, row.id if named else None] for row, named in zip(rows, chosen, strict=True)]
         )
@@ -215,10 +237,16 @@ class Effects:
                 else row
                 for n, (row, named) in enumerate(zip(rows, chosen, strict=True))
             ]
-            await write(made)
-            return json.dumps([row.id for row in made])
+            output = json.dumps([row.id for row in made])
+            if children:
+                written = _written(self.lease, call, calls, output)
+                await write(made, functools.partial(self.writes.enqueue_from, written))
+            else:
+                await self.fence_checked(lambda: write(made, None))
+            return output
 
-        return list(json.loads(await self.effect("durable.start", calls, start)))
+        started = await self.effect("durable.start", calls, start, records=children)
+        return list(json.loads(started))
 
     async def now(self: Door) -> datetime:
         """The time, recorded the first time this call runs (a replay returns the same)."""
@@ -264,3 +292,16 @@ class Effects:
         if found is not None and found.step_name == name:
             self._replayed(self.journal.call(name))
         self.patches[patch_id] = True
+
+    async def fence_checked(self: Door, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()`` (a write its store cannot fence in its own transaction: on another
+        store, or through a role that takes no lease) once the lease is renewed: refused,
+        :class:`~durable_core.errors.LeaseLostError` and nothing written. Only a pause longer
+        than the lease between the two lets a worker that lost it write."""
+        await self.store.heartbeat(self.lease, self.config.lock_timeout_secs)
+        return await write()
+
+
+def _written(lease: Lease, call: Call, input_json: str, output: str) -> BodyCall:
+    """``call`` as the store records it with its effect, under ``lease``."""
+    return BodyCall(lease, call.index, call.name, input_json, output, call.stored_path)

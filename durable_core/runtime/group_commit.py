@@ -41,7 +41,15 @@ import anyio
 
 from ..errors import LeaseLostError, StoreUnavailableError
 from ..seams.plugins import observers
-from ..seams.records import Lease, Settlement, StepStatus, StepWrite, Wait
+from ..seams.records import (
+    BodyCall,
+    Lease,
+    NewWorkflow,
+    Settlement,
+    StepStatus,
+    StepWrite,
+    Wait,
+)
 from ..seams.store import BatchWriter, Store
 from .batches import WRITING, WRITTEN, Batch, Owed, Start, with_step
 from .step_tries import StepTries
@@ -167,10 +175,24 @@ class GroupCommit:
         await self._pay(lease)
         return await self.store.receive(lease, topic, step_index, step_name, input, path=path)
 
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
+    async def set_event(
+        self, lease: Lease, key: str, value: str, *, call: BodyCall | None = None
+    ) -> None:
         """Publish an event (see :meth:`Store.set_event`), the steps before it committed."""
         await self._pay(lease)
-        await self.store.set_event(lease, key, value)
+        await self.store.set_event(lease, key, value, call=call)
+
+    async def send_from(
+        self, call: BodyCall, workflow_id: str, topic: str, payload: str, message_id: str
+    ) -> None:
+        """A body's send (see :meth:`Store.send_from`), the steps before it committed."""
+        await self._pay(call.lease)
+        await self.store.send_from(call, workflow_id, topic, payload, message_id)
+
+    async def enqueue_from(self, call: BodyCall, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
+        """A body's start (see :meth:`Store.enqueue_from`), the steps before it committed."""
+        await self._pay(call.lease)
+        return await self.store.enqueue_from(call, workflows)
 
     async def settle(self, settlement: Settlement) -> None:
         """End the attempt, with its last step's end when that is not sent yet; one whose

@@ -331,6 +331,24 @@ class ClaimedWorkflow:
     """When the workflow became runnable (its ``run_at`` before the claim), for the queue wait."""
 
 
+@dataclass(frozen=True, slots=True)
+class BodyCall:
+    """The durable call of a running body that writes an effect (a send, a child start, an
+    event, a reply...): the store writes the effect only while ``lease`` still holds the
+    workflow, and records the call as a succeeded step (``record_step``'s row), in the
+    transaction that writes the effect; else it raises
+    :class:`~durable_core.errors.LeaseLostError` and writes nothing."""
+
+    lease: Lease
+    index: int
+    name: str
+    input: str
+    output: str
+    """The call's output JSON, as a replay returns it."""
+    path: str | None = None
+    """The call's path (:attr:`StepRecord.path`)."""
+
+
 @dataclass(slots=True)  # not frozen: see the module's docstring
 class StepWrite:
     """A step row to put, fenced by ``lease``: one write of a group commit

@@ -26,6 +26,7 @@ from ..errors import RoleNotSupportedError
 from .records import (
     AttemptRecord,
     BacklogRecord,
+    BodyCall,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -95,7 +96,8 @@ class CallerStore(Protocol):
 
         An id that exists already is skipped when the row repeats the same workflow
         and input; otherwise :class:`~durable_core.errors.WorkflowConflictError` is
-        raised and nothing is written.
+        raised and nothing is written. A caller's start: a running body's is fenced
+        (:meth:`AttemptStore.enqueue_from`).
         """
         ...
 
@@ -144,7 +146,8 @@ class CallerStore(Protocol):
         """Add a message to a workflow's inbox and wake it if it waits on ``topic``.
 
         A repeated ``message_id`` is a no-op; an unknown workflow raises
-        :class:`~durable_core.errors.WorkflowNotFoundError`.
+        :class:`~durable_core.errors.WorkflowNotFoundError`. A caller's send: a running
+        body's is fenced (:meth:`AttemptStore.send_from`).
         """
         ...
 
@@ -155,10 +158,12 @@ class CallerStore(Protocol):
 
 @runtime_checkable
 class AttemptStore(Protocol):
-    """The attempt's writes: what a running workflow writes its steps, waits and settlement
-    through (the store itself, or a
+    """The attempt's writes: what a running workflow writes its steps, waits, effects and
+    settlement through (the store itself, or a
     :class:`~durable_core.runtime.group_commit.GroupCommit` over it). Every write is fenced
-    by ``lease`` and raises :class:`~durable_core.errors.LeaseLostError` when refused."""
+    by ``lease`` (an effect's by its :class:`~durable_core.seams.records.BodyCall`'s) in
+    the transaction that writes it, and raises :class:`~durable_core.errors.LeaseLostError`
+    when refused, having written nothing."""
 
     async def start_step(
         self, lease: Lease, step_index: int, step_name: str, input: str, *, path: str | None = None
@@ -229,8 +234,26 @@ class AttemptStore(Protocol):
         transaction; ``None`` when there is none."""
         ...
 
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
+    async def set_event(
+        self, lease: Lease, key: str, value: str, *, call: BodyCall | None = None
+    ) -> None:
+        """Publish ``value`` under ``key`` for the workflow holding ``lease``; with ``call``
+        (the body's call, under the same lease), record it in the same transaction."""
+        ...
+
+    async def send_from(
+        self, call: BodyCall, workflow_id: str, topic: str, payload: str, message_id: str
+    ) -> None:
+        """:meth:`CallerStore.send` from a running body: in one transaction, only while
+        ``call.lease`` holds the sender, with ``call`` recorded (else
+        :class:`~durable_core.errors.LeaseLostError`, nothing written)."""
+        ...
+
+    async def enqueue_from(self, call: BodyCall, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
+        """:meth:`CallerStore.enqueue` from a running body (its children): in one
+        transaction, only while ``call.lease`` holds the starter, with ``call`` recorded
+        (else :class:`~durable_core.errors.LeaseLostError`, nothing written); the ids
+        written."""
         ...
 
 

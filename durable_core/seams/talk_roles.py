@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, TalkNotSupportedError
-from .records import Lease, StreamPage, UpdateRecord
+from .records import BodyCall, Lease, StreamPage, UpdateRecord
 
 
 def _lacks(store: Any, role: str, what: str) -> TalkNotSupportedError:
@@ -126,8 +126,11 @@ class Updates(Protocol):
         """A :class:`Watch` of ``workflow_id``'s stream writes and update replies."""
         ...
 
-    async def reply_update(self, lease: Lease, update_id: str, reply: str) -> None:
-        """Record ``reply`` to the taken update (fenced by ``lease``); a second reply to the
+    async def reply_update(
+        self, lease: Lease, update_id: str, reply: str, *, call: BodyCall | None = None
+    ) -> None:
+        """Record ``reply`` to the taken update (fenced by ``lease``; with ``call``, the body's
+        call under the same lease, recorded in the same transaction); a second reply to the
         same update changes nothing."""
         ...
 

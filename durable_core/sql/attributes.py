@@ -25,15 +25,15 @@ from ..seams.attributes import (
     check_filters,
     kind_of,
 )
-from ..seams.records import Lease, NewWorkflow, WorkflowRecord, WorkflowStatus
-from . import errors, schema
+from ..seams.records import BodyCall, Lease, NewWorkflow, WorkflowRecord, WorkflowStatus
+from . import schema
 from .base import SQLStoreBase
 from .coltypes import UTCDateTime
 from .connector import Params, Session
 from .dialect import SQLDialect
 from .listing import LIST_FILTERS, filter_params
 from .rows import record_from_row
-from .rules import holds, param, wf
+from .rules import param, wf
 
 at = schema.workflow_attributes
 
@@ -80,7 +80,6 @@ class AttributeStatements:
     def __init__(self, dialect: SQLDialect) -> None:
         self.dialect = d = dialect
         self._lists: dict[tuple[frozenset[str], Shape], sa.Select[Any]] = {}
-        self.held = sa.select(wf.c.id).where(holds()).with_for_update()
         self.exists = sa.select(wf.c.id).where(wf.c.id == param("workflow"))
         source = sa.select(
             wf.c.id,
@@ -219,22 +218,12 @@ class AttributeOperations(SQLStoreBase):
         """Set (``None``: remove) the held workflow's attributes and record the call's step,
         in one transaction fenced by ``lease``."""
         checked = check_attributes(values)
-        await self.check_values(f"set_attributes of workflow {lease.workflow_id}", input)
-        held = {"workflow": lease.workflow_id, "token": lease.token}
-        step = {
-            "index": step_index,
-            "step_name": step_name,
-            "input": input,
-            "output_json": "null",
-            "path": path,
-        }
+        call = BodyCall(lease, step_index, step_name, input, "null", path)
+        await self._check_call(call)
         async with self._transaction("record_attributes") as session:
-            if not await session.fetch(self._atq.held, held):
-                raise errors.lease_lost(lease, "setting attributes")
+            await self._fence(session, lease, "setting attributes")
             await self._write_attributes(session, lease.workflow_id, checked)
-            bind = self.dialect.bind_clock
-            if not await session.execute(self.statements.record_step, bind({**held, **step})):
-                raise errors.lease_lost(lease, "setting attributes")
+            await self._record_call(session, call, "setting attributes")
 
     async def set_attributes(
         self, workflow_id: str, values: Mapping[str, AttributeValue | None]

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
 from ..redaction import redact
-from ..seams.records import Lease, NewWorkflow
+from ..seams.records import BodyCall, Lease, NewWorkflow
 from . import errors, migrations
 from .connector import Connector, Fetcher, Params, Row, Session
 from .dialect import SQLDialect
@@ -225,6 +225,54 @@ class SQLStoreBase:
         params["workflow"], params["token"] = lease.workflow_id, lease.token
         if not await self._execute(operation, statement, params):
             raise errors.lease_lost(lease, what)
+
+    async def _fence(self, session: Session, lease: Lease, what: str) -> None:
+        """Fence the transaction ``session`` by ``lease``: lock the workflow's row until it
+        ends if the lease still holds it, else :class:`LeaseLostError` (roll it all back).
+
+        Where a database begins a transaction only at its first write (SQLite's driver),
+        this read runs before it: there the fenced write that records the call
+        (:meth:`_record_call`, after the effect, under the database's single writer lock)
+        is what refuses it."""
+        held = {"workflow": lease.workflow_id, "token": lease.token}
+        if not await session.fetch(self.statements.held, held):
+            raise errors.lease_lost(lease, what)
+
+    async def _record_call(self, session: Session, call: BodyCall, what: str) -> None:
+        """Record ``call`` as a succeeded step in the transaction ``session``, fenced by its
+        lease (refused: :class:`LeaseLostError`, the transaction rolled back)."""
+        lease = call.lease
+        params = {
+            "workflow": lease.workflow_id,
+            "token": lease.token,
+            "index": call.index,
+            "step_name": call.name,
+            "input": call.input,
+            "output_json": call.output,
+            "path": call.path,
+        }
+        bound = self.dialect.bind_clock(params)
+        if not await session.execute(self.statements.record_step, bound):
+            raise errors.lease_lost(lease, what)
+
+    async def _check_call(self, call: BodyCall) -> None:
+        """Refuse a call whose record the database could not take in one write."""
+        what = f"recording {call.name} {call.index}"
+        await self.check_values(what, call.input, call.output, call.name)
+
+    async def enqueue_from(self, call: BodyCall, workflows: Sequence[NewWorkflow]) -> list[str]:
+        """:meth:`enqueue` from a running body, fenced by ``call.lease`` and with ``call``
+        recorded, in one transaction; the ids written."""
+        batch = unique_starts(workflows)
+        for row in batch:
+            await self.check_values(f"enqueue of workflow {row.id}", row.input, row.name)
+        await self._check_call(call)
+        what = f"starting {len(batch)} workflows"
+        async with self._transaction("enqueue") as session:
+            await self._fence(session, call.lease, what)
+            written = await self._enqueue_in(session, batch) if batch else []
+            await self._record_call(session, call, what)
+        return written
 
     async def _refuse(self, workflow_id: str, operation: str, rule: str) -> None:
         """Say why a transition did not apply: no such workflow, or not in a state it allows."""

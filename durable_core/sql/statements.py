@@ -209,12 +209,18 @@ class Statements:
         )
         self.existing = self._existing()
         self.parent = sa.select(wf.c.parent_id).where(wf.c.id == param("workflow"))
+        self.parents = sa.select(wf.c.id, wf.c.parent_id).where(
+            wf.c.id.in_([param("workflow"), param("other")])
+        )
         self.children = sa.select(wf.c.id).where(
             wf.c.parent_id == param("workflow"), status_in(CANCELLABLE)
         )
 
         # -- waiting: a suspended row is woken by a message, its child, or its deadline
         self.lock = sa.select(wf.c.id).where(wf.c.id == param("workflow")).with_for_update()
+        # Fencing at the start of a transaction that writes an effect: the row, locked until
+        # it ends, while the lease holds it (a reclaim committed before, or waits for it).
+        self.held = sa.select(wf.c.id).where(holds()).with_for_update()
         self.suspend = (
             wf.update()
             .where(holds())

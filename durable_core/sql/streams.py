@@ -13,12 +13,12 @@ import anyio
 import sqlalchemy as sa
 
 from ..errors import StreamClosedError
-from ..seams.records import Lease, StreamPage
+from ..seams.records import BodyCall, Lease, StreamPage
 from ..seams.talk_roles import Watch, check_key
-from . import errors, schema
+from . import schema
 from .base import SQLStoreBase
 from .dialect import SQLDialect, const
-from .rules import holds, param, wf
+from .rules import param
 
 sm = schema.workflow_streams
 
@@ -29,7 +29,6 @@ class StreamStatements:
     """Every statement on ``workflow_streams``, built once for one dialect."""
 
     def __init__(self, dialect: SQLDialect) -> None:
-        self.held = sa.select(wf.c.id).where(holds()).with_for_update()
         # The next offset is read in the statement that takes it: on SQLite, whose FOR UPDATE
         # locks nothing, the insert's write lock is what orders two branches' writes.
         mine = sa.and_(sm.c.workflow_id == param("workflow"), sm.c.key == param("key"))
@@ -91,28 +90,19 @@ class StreamOperations(SQLStoreBase):
         step with that offset as its output, in one transaction; the offset."""
         check_key(key)
         await self.check_values(f"write_stream {key!r}", value, input)
-        q, sq = self.statements, self._stq
-        held = {"workflow": lease.workflow_id, "token": lease.token}
+        sq, what = self._stq, f"writing stream {key!r}"
+        mine = {"workflow": lease.workflow_id, "key": key}
         async with self._transaction("write_stream") as session:
-            bind = self.dialect.bind_clock
-            if not await session.fetch(sq.held, held):
-                raise errors.lease_lost(lease, f"writing stream {key!r}")
-            await session.execute(sq.append, bind({**held, "key": key, "value": value}))
-            last = await session.fetch(sq.last, {**held, "key": key})
+            await self._fence(session, lease, what)
+            await session.execute(sq.append, self.dialect.bind_clock({**mine, "value": value}))
+            last = await session.fetch(sq.last, mine)
             if len(last) > 1 and last[1]["closed"]:  # rolled back with what it appended
                 raise StreamClosedError(
                     f"workflow {lease.workflow_id} wrote to stream {key!r} after closing it"
                 )
             at = int(last[0]["stream_offset"])
-            step = {
-                "index": step_index,
-                "step_name": step_name,
-                "input": input,
-                "output_json": str(at),
-                "path": path,
-            }
-            if not await session.execute(q.record_step, bind({**held, **step})):
-                raise errors.lease_lost(lease, f"writing stream {key!r}")
+            call = BodyCall(lease, step_index, step_name, input, str(at), path)
+            await self._record_call(session, call, what)
         return at
 
     async def read_stream(

@@ -13,12 +13,12 @@ import json
 import sqlalchemy as sa
 
 from ..errors import UpdateConflictError, UpdateNotHandledError, WorkflowNotFoundError
-from ..seams.records import Lease, UpdateRecord, UpdateStatus, WaitKind, WorkflowStatus
-from . import errors, schema
+from ..seams.records import BodyCall, Lease, UpdateRecord, UpdateStatus, WaitKind, WorkflowStatus
+from . import schema
 from .base import SQLStoreBase
 from .connector import Row
 from .dialect import SQLDialect, const
-from .rules import holds, param, wf
+from .rules import param, wf
 
 up = schema.workflow_updates
 
@@ -42,7 +42,6 @@ class UpdateStatements:
         now = dialect.now()
         this = sa.and_(up.c.workflow_id == param("workflow"), up.c.update_id == param("update"))
         self.locked = sa.select(wf.c.status).where(wf.c.id == param("workflow")).with_for_update()
-        self.held = sa.select(wf.c.id).where(holds()).with_for_update()
         self.find = sa.select(
             up.c.update_id, up.c.name, up.c.payload, up.c.status, up.c.reply, up.c.error
         ).where(this)
@@ -157,41 +156,43 @@ class UpdateOperations(SQLStoreBase):
     ) -> bool:
         """Mark the pending update taken and record the receiving step, in one transaction
         fenced by ``lease``; False (nothing written) if it is not pending."""
-        await self.check_values(f"take_update {update_id!r}", output, input)
-        q, uq = self.statements, self._upq
-        held = {"workflow": lease.workflow_id, "token": lease.token}
+        call = BodyCall(lease, step_index, step_name, input, output, path)
+        await self._check_call(call)
+        what = f"taking update {update_id!r}"
         async with self._transaction("take_update") as session:
-            bind = self.dialect.bind_clock
-            if not await session.fetch(uq.held, held):
-                raise errors.lease_lost(lease, f"taking update {update_id!r}")
-            if not await session.execute(uq.take, bind({**held, "update": update_id})):
+            await self._fence(session, lease, what)
+            params = {"workflow": lease.workflow_id, "update": update_id}
+            if not await session.execute(self._upq.take, self.dialect.bind_clock(params)):
                 return False
-            step = {
-                "index": step_index,
-                "step_name": step_name,
-                "input": input,
-                "output_json": output,
-                "path": path,
-            }
-            if not await session.execute(q.record_step, bind({**held, **step})):
-                raise errors.lease_lost(lease, f"taking update {update_id!r}")
+            await self._record_call(session, call, what)
         return True
 
     async def reject_update(self, lease: Lease, update_id: str, error: str) -> None:
         """Mark the pending update rejected with ``error`` (fenced by ``lease``)."""
         await self._settle_update(lease, update_id, self._upq.reject, {"error_json": error})
 
-    async def reply_update(self, lease: Lease, update_id: str, reply: str) -> None:
-        """Record ``reply`` to the taken update; a second reply changes nothing."""
+    async def reply_update(
+        self, lease: Lease, update_id: str, reply: str, *, call: BodyCall | None = None
+    ) -> None:
+        """Record ``reply`` to the taken update (with ``call``, the body's call, in the same
+        transaction); a second reply changes nothing."""
         await self.check_values(f"reply to update {update_id!r}", reply)
-        await self._settle_update(lease, update_id, self._upq.reply, {"reply_json": reply})
+        await self._settle_update(lease, update_id, self._upq.reply, {"reply_json": reply}, call)
 
     async def _settle_update(
-        self, lease: Lease, update_id: str, statement: sa.Executable, values: dict[str, str]
+        self,
+        lease: Lease,
+        update_id: str,
+        statement: sa.Executable,
+        values: dict[str, str],
+        call: BodyCall | None = None,
     ) -> None:
-        held = {"workflow": lease.workflow_id, "token": lease.token}
+        what = f"answering update {update_id!r}"
+        if call is not None:
+            await self._check_call(call)
         async with self._transaction("reply_update") as session:
-            if not await session.fetch(self._upq.held, held):
-                raise errors.lease_lost(lease, f"answering update {update_id!r}")
-            params = {**held, "update": update_id, **values}
+            await self._fence(session, lease, what)
+            params = {"workflow": lease.workflow_id, "update": update_id, **values}
             await session.execute(statement, self.dialect.bind_clock(params))
+            if call is not None:
+                await self._record_call(session, call, what)

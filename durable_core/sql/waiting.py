@@ -14,10 +14,18 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from ..errors import ConfigurationError, WorkflowNotFoundError
-from ..seams.records import MAX_TOPIC, Lease, Wait, WaitKind, soonest_deadline, waiting_for_all
+from ..seams.records import (
+    MAX_TOPIC,
+    BodyCall,
+    Lease,
+    Wait,
+    WaitKind,
+    soonest_deadline,
+    waiting_for_all,
+)
 from . import errors
 from .base import SQLStoreBase
-from .connector import Params
+from .connector import Params, Session
 from .updates import PENDING_UPDATE
 
 
@@ -143,6 +151,42 @@ class WaitingOperations(SQLStoreBase):
 
         A second send with the same ``message_id`` does nothing.
         """
+        await self._check_message(workflow_id, topic, payload, message_id)
+        async with self._transaction("send") as session:
+            await self._deliver(session, workflow_id, topic, payload, message_id)
+
+    async def send_from(
+        self, call: BodyCall, workflow_id: str, topic: str, payload: str, message_id: str
+    ) -> None:
+        """:meth:`send` from a running body, fenced by ``call.lease`` and with ``call``
+        recorded, in one transaction."""
+        await self._check_message(workflow_id, topic, payload, message_id)
+        await self._check_call(call)
+        lease, what = call.lease, f"sending to workflow {workflow_id} on {topic!r}"
+        async with self._transaction("send") as session:
+            if await self._target_first(session, lease.workflow_id, workflow_id):
+                await self._deliver(session, workflow_id, topic, payload, message_id)
+                await self._fence(session, lease, what)
+            else:
+                await self._fence(session, lease, what)
+                await self._deliver(session, workflow_id, topic, payload, message_id)
+            await self._record_call(session, call, what)
+
+    async def _target_first(self, session: Session, sender: str, target: str) -> bool:
+        """Whether a body's send locks the target's row before its own: a parent's row
+        before its child's (the order a settling or cancelled child locks them in), two
+        unrelated rows in the order of their ids (two sending to each other never deadlock)."""
+        if sender == target:
+            return False
+        rows = await session.fetch(self.statements.parents, {"workflow": sender, "other": target})
+        parents = {row["id"]: row["parent_id"] for row in rows}
+        if parents.get(sender) == target:
+            return True
+        return parents.get(target) != sender and target < sender
+
+    async def _check_message(
+        self, workflow_id: str, topic: str, payload: str, message_id: str
+    ) -> None:
         await self.check_values(f"send to workflow {workflow_id}", payload, topic)
         for what, value, most in (("idempotency key", message_id, 64), ("topic", topic, MAX_TOPIC)):
             if len(value) > most:
@@ -150,38 +194,45 @@ class WaitingOperations(SQLStoreBase):
                     f"a message's {what} is at most {most} characters, got {len(value)}: "
                     f"{value[:80]!r}"
                 )
-        q = self.statements
-        async with self._transaction("send") as session:
-            bind = self.dialect.bind_clock
-            if not await session.fetch(q.lock, {"workflow": workflow_id}):
-                raise WorkflowNotFoundError(
-                    f"cannot send to workflow {workflow_id!r}: no such workflow in "
-                    f"{self._description}"
-                )
-            message = {
-                "workflow": workflow_id,
-                "topic": topic,
-                "message_id": message_id,
-                "payload": payload,
-            }
-            if not await session.execute(q.send, bind(message)):
-                return
-            waiting_for = f"{WaitKind.MESSAGE.value}:{topic}"
-            await session.execute(
-                q.wake, bind({"workflow": workflow_id, "waiting_for": waiting_for})
-            )
 
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
-        """Publish ``value`` under ``key`` for the workflow holding ``lease``."""
+    async def _deliver(
+        self, session: Session, workflow_id: str, topic: str, payload: str, message_id: str
+    ) -> None:
+        """Lock ``workflow_id``'s row, add the message (unless its id is there) and wake it if
+        it waits on ``topic``, in the transaction ``session``."""
+        q, bind = self.statements, self.dialect.bind_clock
+        if not await session.fetch(q.lock, {"workflow": workflow_id}):
+            raise WorkflowNotFoundError(
+                f"cannot send to workflow {workflow_id!r}: no such workflow in {self._description}"
+            )
+        message = {
+            "workflow": workflow_id,
+            "topic": topic,
+            "message_id": message_id,
+            "payload": payload,
+        }
+        if not await session.execute(q.send, bind(message)):
+            return
+        waiting_for = f"{WaitKind.MESSAGE.value}:{topic}"
+        await session.execute(q.wake, bind({"workflow": workflow_id, "waiting_for": waiting_for}))
+
+    async def set_event(
+        self, lease: Lease, key: str, value: str, *, call: BodyCall | None = None
+    ) -> None:
+        """Publish ``value`` under ``key`` for the workflow holding ``lease``; with ``call``,
+        record it in the same transaction."""
         await self.check_values(f"set_event {key!r}", value, key)
-        await self._fenced(
-            lease,
-            "set_event",
-            self.statements.set_event,
-            f"setting event {key!r}",
-            key=key,
-            value=value,
-        )
+        q, what = self.statements, f"setting event {key!r}"
+        if call is None:
+            await self._fenced(lease, "set_event", q.set_event, what, key=key, value=value)
+            return
+        await self._check_call(call)
+        params = {"workflow": lease.workflow_id, "token": lease.token, "key": key, "value": value}
+        async with self._transaction("set_event") as session:
+            await self._fence(session, lease, what)
+            if not await session.execute(q.set_event, self.dialect.bind_clock(params)):
+                raise errors.lease_lost(lease, what)
+            await self._record_call(session, call, what)
 
     async def get_event(self, workflow_id: str, key: str) -> str | None:
         """The value a workflow published under ``key``, or ``None``."""

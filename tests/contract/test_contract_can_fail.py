@@ -78,6 +78,24 @@ class NoWaiting(SQLiteStore):
     receive = None
 
 
+class EffectsIgnoreTheLease(SQLiteStore):
+    """Sends and starts a body's children, then records the call apart: the effect itself is
+    not fenced by the lease (as every store was before issue 34)."""
+
+    async def send_from(self, call, workflow_id, topic, payload, message_id):
+        await self.send(workflow_id, topic, payload, message_id)
+        await self.record_step(
+            call.lease, call.index, call.name, call.input, call.output, path=call.path
+        )
+
+    async def enqueue_from(self, call, workflows):
+        written = await self.enqueue(workflows)
+        await self.record_step(
+            call.lease, call.index, call.name, call.input, call.output, path=call.path
+        )
+        return written
+
+
 def store_fixture(cls):
     @pytest.fixture
     async def durable_store(self, tmp_path):
@@ -104,6 +122,10 @@ class TestReclaimKeepsAttempts(StoreContract):
 
 class TestNoWaiting(StoreContract):
     durable_store = store_fixture(NoWaiting)
+
+
+class TestEffectsIgnoreTheLease(StoreContract):
+    durable_store = store_fixture(EffectsIgnoreTheLease)
 '''
 
 
@@ -170,4 +192,24 @@ def test_a_store_without_the_waiting_operations_fails_naming_them(
             "*NoWaiting lacks suspend(), receive(): the Store protocol needs them for workflows "
             "that wait*"
         ]
+    )
+
+
+def test_effects_written_apart_from_the_lease_fail_the_effect_fencing_tests(
+    pytester: pytest.Pytester,
+) -> None:
+    """A store that sends and starts children for a body without fencing them by its lease
+    (it only records the call under the lease, after) fails exactly the tests of a stale
+    lease's send and child start."""
+    broken = run_class(pytester, "TestEffectsIgnoreTheLease", "-k", "effect or body")
+    assert sorted(broken["failed"]) == sorted(
+        f"test_a_lease_that_lost_the_workflow_cannot_write_an_effect[{effect}-{kind}]"
+        for effect in ("child_start", "send")
+        for kind in ("cancelled", "forged", "reclaimed", "settled", "unknown_workflow")
+    )
+    assert broken["skipped"] == []
+    assert "test_a_body_sends_with_its_call_recorded" in broken["passed"]
+    assert (
+        "test_a_lease_that_lost_the_workflow_cannot_write_an_effect[set_event-reclaimed]"
+        in (broken["passed"])
     )

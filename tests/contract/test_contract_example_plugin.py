@@ -23,6 +23,7 @@ from durable_core.contract import (
     AdminContract,
     AttemptContract,
     CallerContract,
+    EffectsContract,
     EngineContract,
     ListingContract,
     NoClaimerContract,
@@ -97,6 +98,7 @@ class TestExampleStorePlugin(
     AdminContract,
     EngineContract,
     WaitingContract,
+    EffectsContract,
     ListingContract,
     NoClaimerContract,
 ):

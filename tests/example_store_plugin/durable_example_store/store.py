@@ -15,6 +15,7 @@ from durable_core.errors import InvalidDatabaseURLError
 from durable_core.seams.records import (
     AttemptRecord,
     BacklogRecord,
+    BodyCall,
     ClaimedWorkflow,
     Lease,
     NewWorkflow,
@@ -170,8 +171,20 @@ class ExampleStore(Lifecycle, CallerStore, AttemptStore, RunStore, AdminStore):
     async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
         await self._inner.send(workflow_id, topic, payload, message_id)
 
-    async def set_event(self, lease: Lease, key: str, value: str) -> None:
-        await self._inner.set_event(lease, key, value)
+    async def set_event(
+        self, lease: Lease, key: str, value: str, *, call: BodyCall | None = None
+    ) -> None:
+        await self._inner.set_event(lease, key, value, call=call)
+
+    # -- a body's effects, fenced by its lease ---------------------------------
+
+    async def send_from(
+        self, call: BodyCall, workflow_id: str, topic: str, payload: str, message_id: str
+    ) -> None:
+        await self._inner.send_from(call, workflow_id, topic, payload, message_id)
+
+    async def enqueue_from(self, call: BodyCall, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
+        return await self._inner.enqueue_from(call, workflows)
 
     async def get_event(self, workflow_id: str, key: str) -> str | None:
         return await self._inner.get_event(workflow_id, key)
