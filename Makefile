@@ -35,7 +35,7 @@ test: lint docs
 # The replay fuzzer's long profile: new generated bodies on every run (FUZZ_EXAMPLES of them).
 FUZZ_EXAMPLES ?= 1000
 fuzz: install
-	DURABLE_FUZZ_PROFILE=long DURABLE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_replay_fuzz.py -q --hypothesis-show-statistics
+	DURABLE_FUZZ_PROFILE=long DURABLE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_replay_fuzz.py -q -s --hypothesis-show-statistics
 
 bench: install
 	$(PY) -m bench

@@ -11,9 +11,12 @@ after each of its own steps) nested in each other. One interpreter workflow runs
 shape, so a shape needs no code of its own.
 
 ``make test`` runs the ``ci`` profile (a fixed set of shapes); ``make fuzz`` the ``long``
-one (``DURABLE_FUZZ_PROFILE=long``, new shapes on every run). In-process on SQLite, with
-the runner's clock; a crash is the attempt's task cancelled outright (nothing it had not
-committed is kept) and its lease expired.
+one (``DURABLE_FUZZ_PROFILE=long``, new shapes on every run). In-process on PostgreSQL,
+with the runner's clock; a crash is the attempt's task cancelled outright (nothing it
+had not committed is kept), its connections closed (the server rolls back what they had
+begun) and its lease expired. (SQLite is not fuzzed: a SQLite connection cancelled in the
+middle of a write keeps its lock until its thread ends, which a real crash ends but a
+cancelled task cannot.)
 """
 
 from __future__ import annotations
@@ -22,17 +25,16 @@ import asyncio
 import json
 import os
 import random
-import shutil
+import sys
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
+import asyncpg
 import pytest
-import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import durable_core
@@ -46,9 +48,9 @@ from durable_core import (
     workflow_step,
 )
 from durable_core.runtime.config import WorkflowConfig
-from durable_core.sql.schema import workflow_messages, workflow_steps, workflow_streams, workflows
 from durable_core.testing import WorkflowRunner
-from durable_sqlite import SQLiteStore
+from durable_postgres import PostgresStore
+from tests.conftest import POSTGRES_URL, drop_postgres_database, migrated_postgres_database
 
 settings.register_profile(
     "ci",
@@ -62,6 +64,9 @@ settings.register_profile(
     max_examples=int(os.environ.get("DURABLE_FUZZ_EXAMPLES", "1000")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    phases=[Phase.explicit, Phase.generate]
+    if os.environ.get("DURABLE_FUZZ_SHRINK") == "0"
+    else list(Phase),
 )
 PROFILE = os.environ.get("DURABLE_FUZZ_PROFILE", "ci")
 
@@ -85,6 +90,8 @@ class Run:
 
 
 RUN = Run()
+TRIED: Counter[str] = Counter()
+"""What the fuzzer tried: bodies, operations, attempts, crashes, suspensions."""
 
 
 @workflow_step
@@ -263,25 +270,21 @@ crashes = st.lists(st.floats(0.0, 0.03), max_size=3)
 # -- the run ------------------------------------------------------------------------------------
 
 
-async def _expire_lease(store: SQLiteStore, workflow_id: str) -> None:
-    async with store.engine.begin() as conn:
-        await conn.execute(
-            sa.update(workflows)
-            .where(workflows.c.id == workflow_id)
-            .values(locked_until=datetime(2000, 1, 1, tzinfo=UTC))
-        )
+async def _expire_lease(sql: asyncpg.Connection, workflow_id: str) -> None:
+    await sql.execute(
+        "UPDATE workflows SET locked_until = now() - interval '1 hour' WHERE id = $1",
+        workflow_id,
+    )
 
 
-async def _committed_steps(store: SQLiteStore, workflow_id: str) -> set[str]:
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(workflow_steps.c.input).where(
-                workflow_steps.c.workflow_id == workflow_id,
-                workflow_steps.c.status == "succeeded",
-                workflow_steps.c.step_name.in_([fz_step.name, fz_flaky.name]),
-            )
-        )
-        return {json.loads(text)["args"][0] for (text,) in rows}
+async def _committed_steps(sql: asyncpg.Connection, workflow_id: str) -> set[str]:
+    rows = await sql.fetch(
+        "SELECT input FROM workflow_steps WHERE workflow_id = $1 AND status = 'succeeded'"
+        " AND step_name = any($2)",
+        workflow_id,
+        [fz_step.name, fz_flaky.name],
+    )
+    return {json.loads(row["input"])["args"][0] for row in rows}
 
 
 async def _crashed(runner: WorkflowRunner, handle: WorkflowHandle[Any], after: float) -> None:
@@ -299,7 +302,11 @@ async def _crashed(runner: WorkflowRunner, handle: WorkflowHandle[Any], after: f
 
 
 async def _drive(
-    store: SQLiteStore, shape: list[Any], crash_after: list[float], sink: str
+    store: PostgresStore,
+    sql: asyncpg.Connection,
+    shape: list[Any],
+    crash_after: list[float],
+    sink: str,
 ) -> tuple[WorkflowHandle[Any], list[set[str]]]:
     """Run ``shape`` to its end, crashing its first attempts; what had committed before each
     of its attempts."""
@@ -315,15 +322,18 @@ async def _drive(
         if info.status.is_terminal:
             return handle, before
         if info.status is WorkflowStatus.WAITING:
+            TRIED["suspensions"] += 1
             if not await runner.drain():
                 assert info.wake_at is not None, f"waits for {info.waiting_for}"
                 runner.clock.advance_to(info.wake_at)
             continue
         if info.status is WorkflowStatus.RUNNING:  # a crashed attempt's lease
-            await _expire_lease(store, handle.id)
-        before.append(await _committed_steps(store, handle.id))
+            await _expire_lease(sql, handle.id)
+        before.append(await _committed_steps(sql, handle.id))
         RUN.epoch = len(before)
+        TRIED["attempts"] += 1
         if plan:
+            TRIED["crashes"] += 1
             await _crashed(runner, handle, plan.pop(0))
             # A crashed process's connections die with it (and SQLite's locks with them).
             await store.close()
@@ -333,25 +343,24 @@ async def _drive(
     raise AssertionError(f"workflow {handle.id} did not end in 500 rounds")
 
 
-async def _check(workdir: Path, template: Path, shape: list[Any], crash_after: list[float]) -> None:
+async def _check(url: str, shape: list[Any], crash_after: list[float]) -> None:
     global RUN
     RUN = Run()
-    path = workdir / f"fuzz-{random.getrandbits(64):x}.db"
-    shutil.copyfile(template, path)
+    TRIED["bodies"] += 1
+    TRIED["operations"] += sum(len(found) for found in labels(shape).values())
+    sql = await asyncpg.connect(url)
     try:
-        async with SQLiteStore(f"sqlite:///{path}") as store:
+        async with PostgresStore(url) as store:
             client = DurableClient(store)
             sink = (await client.start_workflow(fz_sink)).id
-            handle, before = await _drive(store, shape, crash_after, sink)
+            handle, before = await _drive(store, sql, shape, crash_after, sink)
             status = await handle.status()
             assert status is WorkflowStatus.SUCCEEDED, await handle.error()
             assert await handle.output() == expected(shape)
             _ran_once_after_commit(before)
-            await _effects_once(store, client, handle, shape, sink)
+            await _effects_once(sql, client, handle, shape, sink)
     finally:
-        path.unlink(missing_ok=True)
-        for extra in ("-wal", "-shm"):
-            Path(f"{path}{extra}").unlink(missing_ok=True)
+        await sql.close()
 
 
 def _ran_once_after_commit(before: list[set[str]]) -> None:
@@ -365,7 +374,7 @@ def _ran_once_after_commit(before: list[set[str]]) -> None:
 
 
 async def _effects_once(
-    store: SQLiteStore,
+    sql: asyncpg.Connection,
     client: DurableClient,
     handle: WorkflowHandle[Any],
     shape: list[Any],
@@ -376,38 +385,33 @@ async def _effects_once(
     started = Counter(json.loads(c.input)["args"][0] for c in children)
     assert started == Counter(found["child"]), "each child started once"
     assert RUN.children == Counter(found["child"]), "each child ran once"
-    async with store.engine.connect() as conn:
-        items = [
-            json.loads(value)
-            for (value,) in await conn.execute(
-                sa.select(workflow_streams.c.value).where(
-                    workflow_streams.c.workflow_id == handle.id
-                )
-            )
-        ]
-        sent = [
-            json.loads(payload)
-            for (payload,) in await conn.execute(
-                sa.select(workflow_messages.c.payload).where(
-                    workflow_messages.c.workflow_id == sink
-                )
-            )
-        ]
-    assert Counter(items) == Counter(found["stream"]), "each stream item written once"
-    assert Counter(sent) == Counter(found["send"]), "each message sent once"
+    items = await sql.fetch("SELECT value FROM workflow_streams WHERE workflow_id = $1", handle.id)
+    sent = await sql.fetch("SELECT payload FROM workflow_messages WHERE workflow_id = $1", sink)
+    streamed = Counter(json.loads(row["value"]) for row in items)
+    assert streamed == Counter(found["stream"]), "each stream item written once"
+    assert Counter(json.loads(row["payload"]) for row in sent) == Counter(found["send"]), (
+        "each message sent once"
+    )
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A folder for the fuzzed databases, and a migrated SQLite database to copy each from."""
-    from durable_core.pytest_plugin import _migrated_sqlite
-
-    return tmp_path_factory.mktemp("fuzz"), anyio.run(_migrated_sqlite, tmp_path_factory)
+def database() -> Iterator[str]:
+    """A migrated PostgreSQL database the generated workflows share (each has ids of its own)."""
+    url = anyio.run(migrated_postgres_database, POSTGRES_URL, "durable_fuzz")
+    url = url.replace("postgresql+asyncpg://", "postgresql://")
+    yield url
+    anyio.run(drop_postgres_database, url)
+    print(
+        f"\nreplay fuzzer ({PROFILE}): {TRIED['bodies']} bodies, {TRIED['operations']} "
+        f"operations, {TRIED['attempts']} attempts, {TRIED['crashes']} crashes, "
+        f"{TRIED['suspensions']} suspensions",
+        file=sys.__stderr__,
+    )
 
 
 @settings(settings.get_profile(PROFILE))
 @given(shape=shapes, crash_after=crashes)
 def test_generated_concurrent_bodies_replay_exactly(
-    shape: list[Any], crash_after: list[float], workdir: tuple[Path, Path]
+    shape: list[Any], crash_after: list[float], database: str
 ) -> None:
-    anyio.run(_check, *workdir, shape, crash_after)
+    anyio.run(_check, database, shape, crash_after)
