@@ -380,3 +380,68 @@ async def test_a_new_call_after_a_branch_ended_short_of_its_history_raises(store
     assert f"made a new call {process.name!r} at path 1" in error["message"], error["message"]
     assert f"holds {process.name!r} at path 0:1" in error["message"], error["message"]
     assert RAN["process 0"] == 1, "only the first run's branch ran it: the new call did not"
+
+
+@workflow_step
+async def lingers(key: str) -> str:
+    RAN[f"lingers {key}"] += 1
+    try:
+        await anyio.sleep(3600)
+    except anyio.get_cancelled_exc_class():
+        RAN[f"lingers {key} cancelled"] += 1
+        raise
+    return key
+
+
+@workflow
+async def gather_whose_member_fails() -> list[str]:
+    async def slow_branch() -> str:
+        await lingers("a")
+        return await fz_after_linger()
+
+    return list(await asyncio.gather(slow_branch(), refuse("at once")))
+
+
+@workflow_step
+async def fz_after_linger() -> str:
+    RAN["after linger"] += 1
+    return "after"
+
+
+async def test_a_gather_member_left_running_by_a_failed_sibling_is_stopped_before_settling(
+    store: Store,
+) -> None:
+    """When one member of asyncio.gather fails, gather returns at once and leaves the others
+    running: their steps would go on after the attempt settled. They are cancelled, and
+    the attempt settles once they have ended (issue 34, suspected defect)."""
+    handle = await DurableClient(store).start_workflow(gather_whose_member_fails)
+    assert await runner(store).run_once(handle) is WorkflowStatus.FAILED
+    assert RAN["lingers a"] == 1
+    assert RAN["lingers a cancelled"] == 1, "the left-behind member was stopped before settling"
+    assert RAN["after linger"] == 0
+
+
+@workflow
+async def sends_itself_after_a_while(turns: int) -> str:
+    me = durable_core.WorkflowContext.current()
+    assert me is not None
+
+    async def busy_then_send() -> None:
+        for _ in range(turns):  # ready to run all along, but not in a durable call
+            await asyncio.sleep(0)
+        await durable_core.send(me.workflow_id, "go", topic="go")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(busy_then_send)
+        got = await durable_core.recv("go")
+    return str(got)
+
+
+async def test_a_branch_ready_to_run_keeps_its_workflow_from_suspending(store: Store) -> None:
+    """One branch waits for a message that another sends once it has had thousands of turns
+    of the loop: the workflow used to suspend after three turns, waiting for a message its
+    own stopped branch was about to send, and nothing ever woke it (issue 34, suspected)."""
+    handle = await DurableClient(store).start_workflow(sends_itself_after_a_while, 5000)
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == "go"
+    assert (await handle.info()).attempts == 1

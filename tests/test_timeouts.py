@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -15,7 +15,7 @@ from durable_core import DurableClient, StepStatus, WorkflowStatus, workflow, wo
 from durable_core.errors import ConfigurationError, RegistrationError
 from durable_core.runtime.config import WorkflowConfig
 from durable_core.seams.store import Store
-from durable_core.testing import WorkflowRunner
+from durable_core.testing import TestClock, WorkflowRunner
 from durable_sqlite import SQLiteStore
 from tests.test_cli import durable
 
@@ -164,3 +164,29 @@ def test_bad_timeouts_are_refused() -> None:
 
     with pytest.raises(RegistrationError, match="workflow timeout must be a positive"):
         workflow(timeout=-1)(body)
+
+
+class FrozenClock(TestClock):
+    """A clock that stands still: the wall clock disagrees with the monotonic one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = super().now()
+
+    def now(self) -> datetime:
+        return self.at + self.offset
+
+
+async def test_a_deadline_met_on_the_monotonic_clock_times_out_whatever_the_wall_clock_says(
+    store: Store,
+) -> None:
+    """The body is stopped at its deadline on the monotonic clock; a wall clock that does not
+    agree (here: one that stands still) must not turn the stopped body into a success with
+    no output (issue 34, suspected defect)."""
+    handle = (
+        await DurableClient(store).with_options(timeout=0.2).start_workflow(runs_too_long, "frozen")
+    )
+    run = WorkflowRunner(store, WorkflowConfig(retry_backoff_secs=0), clock=FrozenClock())
+    with anyio.fail_after(120):
+        assert await run.run_once(handle) is WorkflowStatus.CANCELLED
+    assert timed_out(await handle.error())

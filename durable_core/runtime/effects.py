@@ -72,6 +72,8 @@ class Door(Protocol):
 
     async def fence_checked(self, write: Callable[[], Awaitable[T]]) -> T: ...
 
+    async def committed(self) -> None: ...
+
 
 class Effects:
     """The attempt's effects beyond steps and waits (a part of
@@ -129,6 +131,7 @@ class Effects:
 
         async def over(call: Call) -> str | None:
             workflow_id = self.claimed.id
+            await self.committed()  # the update's row is taken after every write before it
             while True:
                 found = await self.persist(lambda: updates.next_update(workflow_id, name))
                 if found is None:

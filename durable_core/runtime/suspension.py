@@ -30,7 +30,7 @@ ready by the last call that ended (a gather's next member, a task group's parent
 their own calls first; then it waits while any branch is still ready to run."""
 
 
-_READY_ROUNDS = 1000
+_READY_ROUNDS = 10_000
 """Turns of the event loop a decision to suspend waits at most for branches that are ready
 to run (one that never waits on anything would otherwise hold the workflow forever)."""
 

@@ -249,6 +249,23 @@ async def test_each_failed_step_keeps_its_try_and_a_zombies_keeps_none(
     assert (row.status, row.attempts, row.error, row.path) == (StepStatus.FAILED, 3, '"e3"', "2.1")
 
 
+async def test_a_step_row_landing_after_its_workflows_settlement_is_refused(
+    pg: PostgresStore, sql: asyncpg.Connection
+) -> None:
+    """With two flushes in flight, a flush carrying a step's ``running`` row may commit after
+    the one carrying its workflow's settlement (a body stopped inside the step). The
+    settlement ends the lease, and every step row is fenced by it: the late row is refused
+    and the settled workflow keeps no ``running`` step (issue 34, suspected defect)."""
+    [claimed] = await leased(pg, 1)
+    lease = claimed.lease
+    settled = Settlement(lease, WorkflowStatus.FAILED, error='{"type":"x"}')
+    assert await pg.write_batch([], [settled]) == ([], [True])
+    late = step(lease, 0, StepStatus.RUNNING)
+    assert await pg.write_batch([late], []) == ([False], [])
+    assert await sql.fetchval("SELECT count(*) FROM workflow_steps") == 0
+    assert await sql.fetchval("SELECT status FROM workflows") == "failed"
+
+
 # -- the worker's batching ----------------------------------------------------------------------
 
 
