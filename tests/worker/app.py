@@ -171,6 +171,16 @@ async def instant() -> str:
     return "ok"
 
 
+@workflow
+async def settles_when_told(flag: str) -> str:
+    """One step, then a wait that is not durable until the file ``flag`` exists (the test
+    says when the settlement is written), then settle."""
+    await mark_started()
+    while not os.path.exists(flag):  # noqa: ASYNC110 -- another process makes the file
+        await anyio.sleep(0.05)
+    return "settled"
+
+
 @workflow_step
 async def whoami(seconds: float) -> str:
     """Sleeps, then returns the id of the worker that ran it."""
