@@ -6,7 +6,8 @@ timeout (``WorkflowConfig.drain_timeout_secs``) passing first, cancels the
 in-flight bodies at once, what they run shielded from their own cancellation
 included (a saga's compensations, a flush); their leases are left to expire and
 another worker reclaims them (``attempts`` goes up), so nothing is lost either
-way.
+way. After a second signal the process ends within
+:data:`~durable_core.runtime.stopping.ABANDON_GRACE_SECS` whatever still runs.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .executor import Executor
 from .flight import InFlight
 from .group_commit import group_commit
 from .scheduler import Scheduler, save_declared
+from .stopping import exit_soon
 
 logger = get_logger("durable_core.worker")
 
@@ -354,7 +356,9 @@ class WorkflowWorker:
                     )
                     self.stop()
                 else:
-                    self.abandon(f"received {signal.Signals(signum).name} again")
+                    why = f"received {signal.Signals(signum).name} again"
+                    self.abandon(why)
+                    exit_soon(why)
                     return
 
     def _task_failed(self, error: BaseException) -> None:

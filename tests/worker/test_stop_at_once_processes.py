@@ -2,9 +2,11 @@
 
 Each test holds the worker where the first SIGTERM's drain cannot end: a group-commit
 flush waiting on a row lock the test holds (pipelined, sent from a writer's own task in a
-shielded scope), or a saga's compensation blocked in the shielded scope it runs in (also
-under a ``--processes`` supervisor). The second SIGTERM must end the process while it is
-held (the hang guard is a minute, and without the fix it never ends while held); a
+shielded scope), a saga's compensation blocked in the shielded scope it runs in (also
+under a ``--processes`` supervisor), a step in a shielded scope of its own (only the
+process's hard exit ends it), or, under a supervisor, a step that blocks its process's
+event loop (the supervisor kills it). The second SIGTERM must end the process while it
+is held (the hang guard is a minute, and without the fix it never ends while held); a
 second worker then completes the held workflows. How long the exit took is printed
 (``pytest -s``), not bounded.
 """
@@ -107,6 +109,26 @@ async def test_a_second_sigterm_stops_a_worker_whose_flushes_wait_on_a_row_lock(
         assert (await handle.info()).attempts == 2, "reclaimed by the second worker"
 
 
+async def test_a_second_sigterm_ends_a_process_whose_step_no_cancellation_reaches(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    handle = await DurableClient(pg).start_workflow(app.shielded_step)
+    proc = workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
+
+    async def shielded() -> bool:
+        runs = "SELECT count(*) FROM step_runs WHERE step = 'shielded'"
+        return bool(await sql.fetchval(runs))
+
+    await eventually(shielded, timeout=120, what="the step to shield itself")
+    assert await signalled_twice(workers, proc) == 1
+    log = workers.log(proc)
+    assert "received SIGTERM again 1.0s ago and the process still runs: exiting now" in log
+
+    workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
+    assert await handle.wait_with_timeout(120) is WorkflowStatus.SUCCEEDED
+    assert (await handle.info()).attempts == 2, "reclaimed by the second worker"
+
+
 def lines(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
@@ -185,3 +207,25 @@ async def test_a_second_sigterm_to_the_supervisor_stops_its_processes_at_once(
     workers.start(app=SAGA_APP, **held, WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
     assert await handle.wait_with_timeout(120) is WorkflowStatus.FAILED
     assert completed_compensations(log)[-2:] == ["undo car begins", "undo car"]
+
+
+async def test_a_second_sigterm_to_the_supervisor_kills_a_process_whose_loop_is_blocked(
+    pg: PostgresStore, workers: Workers, sql: asyncpg.Connection
+) -> None:
+    handle = await DurableClient(pg).start_workflow(app.loop_blocked)
+    supervisor = workers.start("--processes", "2", WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
+
+    async def blocking() -> bool:
+        runs = "SELECT count(*) FROM step_runs WHERE step = 'blocking'"
+        return bool(await sql.fetchval(runs))
+
+    await eventually(blocking, timeout=120, what="a worker process to block its loop")
+    code = await signalled_twice(workers, supervisor, heard="received SIGTERM: draining")
+    assert code == 1
+    said = workers.log(supervisor)
+    assert "s after it was told to stop at once: killing it" in said
+    assert "was killed by SIGKILL" in said
+
+    workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
+    assert await handle.wait_with_timeout(120) is WorkflowStatus.SUCCEEDED
+    assert (await handle.info()).attempts == 2, "reclaimed by the next worker"
