@@ -54,7 +54,7 @@ FIRST_DELAY = 0.5
 MAX_DELAY = 30.0
 MAX_BOOT_FAILURES = 5
 """Boots failing in a row (a process exiting before it claims) that stop the supervisor."""
-KILL_AFTER = ABANDON_GRACE_SECS + 0.5
+KILL_AFTER = ABANDON_GRACE_SECS + 0.2
 """Seconds after ``abandon`` when a worker process still there is SIGKILLed."""
 
 _STARTED = b"started\n"

@@ -20,8 +20,9 @@ from ..redaction import get_logger
 
 logger = get_logger("durable_core.worker")
 
-ABANDON_GRACE_SECS = 1.0
-"""How long a process told to stop at once has to end by itself before it is ended."""
+ABANDON_GRACE_SECS = 0.5
+"""How long a process told to stop at once has to end by itself before it is ended (it
+takes a few tens of milliseconds when cancelling reaches everything)."""
 
 
 def exit_soon(why: str, seconds: float = ABANDON_GRACE_SECS) -> threading.Timer:

@@ -23,6 +23,7 @@ import asyncpg
 
 from durable_core import DurableClient, WorkflowStatus
 from durable_core.codec.failures import load_error
+from durable_core.runtime.stopping import ABANDON_GRACE_SECS
 from durable_postgres import PostgresStore
 from tests.worker import app
 from tests.worker.apps import saga
@@ -122,7 +123,8 @@ async def test_a_second_sigterm_ends_a_process_whose_step_no_cancellation_reache
     await eventually(shielded, timeout=120, what="the step to shield itself")
     assert await signalled_twice(workers, proc) == 1
     log = workers.log(proc)
-    assert "received SIGTERM again 1.0s ago and the process still runs: exiting now" in log
+    hard_exit = f"received SIGTERM again {ABANDON_GRACE_SECS:.1f}s ago and the process still runs"
+    assert f"{hard_exit}: exiting now" in log
 
     workers.start(WORKFLOW_LOCK_TIMEOUT_SECS=LEASE)
     assert await handle.wait_with_timeout(120) is WorkflowStatus.SUCCEEDED
