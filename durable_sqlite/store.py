@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,22 +36,46 @@ def normalize_url(url: str | sa.URL) -> sa.URL:
 
 
 class SQLiteConnector(SQLAlchemyConnector):
-    """aiosqlite with WAL mode, a busy timeout and foreign keys on (one pooled connection
-    for an in-memory database, which would otherwise be a new empty one per connection:
-    its transactions take turns on it)."""
+    """aiosqlite with WAL mode, a busy timeout and foreign keys on.
+
+    An in-memory database is one pooled connection whose transactions take turns, on a
+    database of SQLite's ``memdb`` VFS named for this connector and held by a keeper
+    connection from :meth:`open` to :meth:`close`: it outlives the pooled connection
+    when SQLAlchemy replaces that (where a private ``:memory:`` database would be
+    replaced by an empty one).
+    """
 
     def __init__(
         self, url: str | sa.URL, *, engine_options: Mapping[str, Any] | None = None
     ) -> None:
         in_memory = sa.make_url(url).database in (None, "", ":memory:")
         super().__init__(url, engine_options=engine_options, one_connection=in_memory)
+        self._memory_name = f"file:/durable-{uuid.uuid4()}"
+        self._keeper: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        if self.one_connection and self._keeper is None:
+            self._keeper = sqlite3.connect(
+                f"{self._memory_name}?vfs=memdb", uri=True, check_same_thread=False
+            )
+        await super().open()
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self._keeper is not None:
+                keeper, self._keeper = self._keeper, None
+                keeper.close()  # the last connection: the database goes with it
 
     def create_engine(self) -> AsyncEngine:
         options = dict(self.engine_options)
         in_memory = self.one_connection
+        url = self.url
         if in_memory:
             options.setdefault("poolclass", StaticPool)
-        engine = create_async_engine(self.url, **options)
+            url = url.set(database=self._memory_name, query={"vfs": "memdb", "uri": "true"})
+        engine = create_async_engine(url, **options)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _configure(dbapi_connection: Any, _record: Any) -> None:

@@ -1,10 +1,12 @@
-"""The in-memory SQLite store (``sqlite:///:memory:``) under concurrent use.
+"""The in-memory SQLite store (``sqlite:///:memory:``) under concurrent use and cancellation.
 
-It has one connection, which every task shares; each transaction has it to itself.
+It has one connection, which every task shares; each transaction has it to itself. The
+database outlives that connection, and a cancelled query does not lose it.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -34,6 +36,42 @@ async def doubled(number: int) -> int:
 @workflow
 async def collects() -> list[int]:
     return sorted([await durable_core.recv("item") for _ in range(ITEMS)])
+
+
+TICKED = anyio.Event()
+"""Set once a ticking branch has run a few steps: its sibling fails then."""
+
+
+@workflow_step
+async def tick(number: int) -> int:
+    if number == 3:
+        TICKED.set()
+    return number
+
+
+@workflow_step
+async def fails_once_ticking() -> None:
+    await TICKED.wait()
+    raise RuntimeError("a sibling fails")
+
+
+async def ticks_forever() -> None:
+    for number in itertools.count():
+        await tick(number)
+
+
+@workflow(max_attempts=1)
+async def sibling_fails() -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticks_forever)
+        await fails_once_ticking()
+
+
+@workflow(max_attempts=1, timeout=0.2)
+async def ticks_past_its_timeout() -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticks_forever)
+        await ticks_forever()
 
 
 @pytest.fixture
@@ -119,3 +157,51 @@ async def test_a_read_nested_in_a_transaction_joins_it(store: SQLiteStore) -> No
     record = await store.get_workflow(handle.id)
     assert record is not None and record.name == "renamed"
     assert sorted(r.id for r in await store.list_workflows()) == sorted([handle.id, *started])
+
+
+async def test_branches_cancelled_mid_query_leave_every_row(store: SQLiteStore) -> None:
+    """A branch cancelled by its sibling's failure, or by the workflow's timeout, is
+    cancelled in the middle of its queries: the store's one connection, and every row
+    (other workflows' included), stays."""
+    global TICKED
+    client, run = DurableClient(store), WorkflowRunner(store)
+    done = await client.start_workflow(doubled, 1)
+    assert await run.run_until_complete(done) is WorkflowStatus.SUCCEEDED
+    waiting = await client.start_workflow(collects)
+    assert await run.run_once(waiting) is WorkflowStatus.WAITING
+    expected = {done.id: WorkflowStatus.SUCCEEDED, waiting.id: WorkflowStatus.WAITING}
+    ticked = {True: 0, False: 0}
+    for number in range(20):
+        TICKED = anyio.Event()
+        body, outcome = (
+            (sibling_fails, WorkflowStatus.FAILED)
+            if number % 2 == 0
+            else (ticks_past_its_timeout, WorkflowStatus.CANCELLED)
+        )
+        handle = await client.start_workflow(body)
+        with anyio.fail_after(120):
+            assert await run.run_once(handle) is outcome
+        expected[handle.id] = outcome
+        rows = await store.list_workflows(limit=100)
+        assert {row.id: row.status for row in rows} == expected, f"after workflow {number}"
+        assert await done.output() == 4
+        assert [step.status.value for step in await done.steps()] == ["succeeded"] * 2
+        ticked[body is sibling_fails] += sum(
+            step.step_name.endswith(".tick") for step in await handle.steps()
+        )
+    assert ticked[True] >= 10 * 3, "each branch ran steps before its sibling failed"
+    assert ticked[False] > 0, "the branches ran steps before their timeout"
+
+
+async def test_the_database_outlives_a_replaced_connection(store: SQLiteStore) -> None:
+    handle = await DurableClient(store).start_workflow(doubled, 1)
+    async with store.engine.connect() as connection:
+        await connection.invalidate()  # as SQLAlchemy does when it cannot trust it
+    assert [record.id for record in await store.list_workflows()] == [handle.id]
+    other = SQLiteStore("sqlite:///:memory:")
+    await other.open()
+    try:
+        await other.apply_schema()
+        assert await other.list_workflows() == [], "each store has a database of its own"
+    finally:
+        await other.close()

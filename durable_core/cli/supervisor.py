@@ -7,7 +7,9 @@ ignored), and talks to it over a socket pair whose end the child inherits:
 - the child writes ``started`` once its worker has passed its checks and claims, or
   ``error <message>`` for the one-line error it exits with (the supervisor says it);
 - the supervisor writes ``stop`` (drain: finish the in-flight workflows) on the first
-  SIGTERM or SIGINT, ``abandon`` on the second;
+  SIGTERM or SIGINT, ``abandon`` on the second (the child then ends within
+  :data:`~durable_core.runtime.stopping.ABANDON_GRACE_SECS`; one still there
+  :data:`KILL_AFTER` seconds after it, its event loop blocked, is SIGKILLed);
 - the child reads the end of the socket as its supervisor's death (even by SIGKILL) and
   drains, so no worker process outlives it.
 
@@ -36,6 +38,7 @@ import anyio
 
 from ..errors import ConfigurationError
 from ..redaction import get_logger
+from ..runtime.stopping import ABANDON_GRACE_SECS, exit_soon
 
 if TYPE_CHECKING:
     from ..runtime.worker import WorkflowWorker
@@ -51,6 +54,8 @@ FIRST_DELAY = 0.5
 MAX_DELAY = 30.0
 MAX_BOOT_FAILURES = 5
 """Boots failing in a row (a process exiting before it claims) that stop the supervisor."""
+KILL_AFTER = ABANDON_GRACE_SECS + 0.2
+"""Seconds after ``abandon`` when a worker process still there is SIGKILLed."""
 
 _STARTED = b"started\n"
 _ERROR = b"error "
@@ -129,6 +134,7 @@ class Supervisor:
         self._signals = 0
         self._booted = False
         self._failures = 0
+        self._kill_at: float | None = None
         self._selector = selectors.DefaultSelector()
 
     def run(self) -> int:
@@ -155,6 +161,7 @@ class Supervisor:
                         self._on_message(key.data)
                 self._reap()
                 self._restart_due()
+                self._kill_due()
         finally:
             signal.set_wakeup_fd(old_fd)
             for signum, handler in previous.items():
@@ -175,6 +182,8 @@ class Supervisor:
 
     def _timeout(self) -> float | None:
         due = [slot.restart_at for slot in self.slots if slot.restart_at is not None]
+        if self._kill_at is not None:
+            due.append(self._kill_at)
         return max(min(due) - time.monotonic(), 0.0) if due else None
 
     def _spawn(self, slot: _Slot) -> None:
@@ -219,10 +228,29 @@ class Supervisor:
             )
         else:
             logger.warning("received %s again: stopping the workers at once", name)
+            if self._kill_at is None:
+                self._kill_at = time.monotonic() + KILL_AFTER
         self.stopping = True
         for slot in self.slots:
             slot.restart_at = None
         self._tell_all(_STOP if self._signals == 1 else _ABANDON)
+
+    def _kill_due(self) -> None:
+        """SIGKILL the worker processes still there :data:`KILL_AFTER` seconds after they
+        were told to stop at once (their leases expire; another worker reclaims)."""
+        if self._kill_at is None or time.monotonic() < self._kill_at:
+            return
+        self._kill_at = None
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                logger.warning(
+                    "worker process %d (pid %d) still runs %gs after it was told to stop at "
+                    "once: killing it",
+                    slot.index,
+                    slot.proc.pid,
+                    KILL_AFTER,
+                )
+                slot.proc.kill()
 
     def _tell_all(self, message: bytes) -> None:
         for slot in self.slots:
@@ -398,7 +426,9 @@ class Supervised:
         if message == _STOP:
             worker.stop()
         elif message == _ABANDON:
-            worker.abandon("the supervisor was asked to stop at once")
+            why = "the supervisor was asked to stop at once"
+            worker.abandon(why)
+            exit_soon(why)
 
     def report(self, message: str) -> None:
         """Give the supervisor the one-line error this process exits with (printed here

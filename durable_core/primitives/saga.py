@@ -30,6 +30,7 @@ from ..errors import FrameworkError, LeaseLostError, sole_error
 from ..runtime.attempt import Attempt, Ending
 from ..runtime.compensation import HaltedError, SagaRecord, halted_saga
 from ..runtime.context import WorkflowContext
+from ..runtime.flight import shield
 from ..runtime.in_step import inside_step
 from ..runtime.settling import timeout_error
 from .steps import Step
@@ -172,7 +173,7 @@ class Saga:
         if record.undo is None and exc is None:
             await run.saga_mark(record.path, "end", "null")  # nothing is owed any more
             return
-        with anyio.CancelScope(shield=True):
+        with shield():  # a worker stopping at once cuts it short: the next attempt resumes
             why = await self._why(run, record, exc)
             if why is None:  # the attempt stops (suspended, lease lost, worker stopping)
                 return

@@ -6,18 +6,45 @@ handle, a wrapper coroutine and a scope of its own per task), once per workflow 
 hot path. The scopes keep anyio's cancellation: abandoning the workflows cancels their
 scopes, so shielded clean-up still runs and the executor tells the worker's own
 cancellation from a body's.
+
+What must not be cut short by a body's cancellation but must not hold up a worker that
+stops at once (a saga's compensations, a group-commit flush) runs in a :func:`shield`:
+:meth:`InFlight.abandon` lets the cancellation into it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Self, TypeVar
 
 import anyio
 
 T = TypeVar("T")
+
+_current: ContextVar[InFlight | None] = ContextVar("durable_in_flight", default=None)
+"""The :class:`InFlight` whose task (or a task that task started) is running."""
+
+
+@contextmanager
+def shield() -> Iterator[anyio.CancelScope]:
+    """A scope shielded from the cancellation around it (a body's cancel or timeout) but
+    not from the worker abandoning its in-flight workflows (:meth:`InFlight.abandon`),
+    which cancels what runs in it. Outside a worker's workflow, a plain shield."""
+    flight = _current.get()
+    if flight is None:
+        with anyio.CancelScope(shield=True) as scope:
+            yield scope
+        return
+    with anyio.CancelScope(shield=not flight.abandoned) as scope:
+        flight._shields.add(scope)
+        try:
+            yield scope
+        finally:
+            flight._shields.discard(scope)
 
 
 class InFlight:
@@ -34,6 +61,10 @@ class InFlight:
         task's own to handle); :meth:`wait` raises the first."""
         self._failure: BaseException | None = None
         self._cancelled = False
+        self.abandoned = False
+        """:meth:`abandon` was called: a :func:`shield` opened now shields nothing."""
+        self._shields: set[anyio.CancelScope] = set()
+        """The :func:`shield` scopes open in the tasks."""
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -61,6 +92,7 @@ class InFlight:
         task.add_done_callback(self._ended)
 
     async def _scoped(self, run: Callable[[T], Awaitable[None]], item: T) -> None:
+        _current.set(self)
         with anyio.CancelScope() as scope:
             self._scopes.add(scope)
             if self._cancelled:  # cancelled before this task first ran
@@ -86,6 +118,14 @@ class InFlight:
         self._cancelled = True
         for scope in list(self._scopes):
             scope.cancel()
+
+    def abandon(self) -> None:
+        """Cancel every task (as :meth:`cancel`), what runs in their :func:`shield` scopes
+        included: nothing they run holds up the worker's end."""
+        self.abandoned = True
+        self.cancel()
+        for scope in list(self._shields):
+            scope.shield = False  # the cancelled scope around it reaches in
 
     async def wait(self) -> None:
         """Return once every task has ended; cancelled meanwhile, cancel them all and wait

@@ -52,6 +52,7 @@ from ..seams.records import (
 )
 from ..seams.store import BatchWriter, Store
 from .batches import WRITING, WRITTEN, Batch, Owed, Start, with_step
+from .flight import shield
 from .step_tries import StepTries
 
 
@@ -283,8 +284,9 @@ class GroupCommit:
         minimum, send it from the writer's own task, at once, so its query goes out while
         the other attempts' Python still runs (the flusher's task would only run after
         all of them: the database would wait for the worker, then the worker for the
-        database); else wake the flusher. Shielded: the flush is every writer's in it,
-        not this one's."""
+        database); else wake the flusher. Shielded (but for the worker abandoning its
+        workflows, which cuts the flush short as it cancels the flusher's): the flush is
+        every writer's in it, not this one's."""
         if not (
             self.flushes_in_flight > 1
             and self._in_flight < self.flushes_in_flight
@@ -296,7 +298,7 @@ class GroupCommit:
         if taken is None:
             return
         self._in_flight += 1
-        with anyio.CancelScope(shield=True):
+        with shield():
             await self._flush(taken)
 
     def _gathered(self) -> int:

@@ -3,8 +3,11 @@
 The first SIGINT or SIGTERM stops claiming and waits for every in-flight
 workflow to settle, then ``run()`` returns. A second signal, or the drain
 timeout (``WorkflowConfig.drain_timeout_secs``) passing first, cancels the
-in-flight bodies at once; their leases are left to expire and another worker
-reclaims them (``attempts`` goes up), so nothing is lost either way.
+in-flight bodies at once, what they run shielded from their own cancellation
+included (a saga's compensations, a flush); their leases are left to expire and
+another worker reclaims them (``attempts`` goes up), so nothing is lost either
+way. After a second signal the process ends within
+:data:`~durable_core.runtime.stopping.ABANDON_GRACE_SECS` whatever still runs.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .executor import Executor
 from .flight import InFlight
 from .group_commit import group_commit
 from .scheduler import Scheduler, save_declared
+from .stopping import exit_soon
 
 logger = get_logger("durable_core.worker")
 
@@ -114,6 +118,7 @@ class WorkflowWorker:
         self._scheduling = anyio.CancelScope()
         self._started_at = utcnow()
         self._outer: TaskGroup | None = None
+        self._flight: InFlight | None = None
         self.started = anyio.Event()
         """Set once the worker has passed its checks and begins to claim."""
 
@@ -153,9 +158,10 @@ class WorkflowWorker:
         self._slot_free.set()
 
     def abandon(self, why: str = "asked to stop at once") -> None:
-        """Stop at once: cancel the in-flight workflows (their leases expire and another
-        worker reclaims them); ``run()`` returns with :attr:`abandoned` true. Before
-        ``run()`` has begun, the same as :meth:`stop`."""
+        """Stop at once: cancel the in-flight workflows, what they run shielded from their
+        own cancellation included (their leases expire and another worker reclaims them);
+        ``run()`` returns with :attr:`abandoned` true. Before ``run()`` has begun, the
+        same as :meth:`stop`."""
         if self._outer is None:
             self.stop()
             return
@@ -167,6 +173,8 @@ class WorkflowWorker:
             extra={"worker_id": self.worker_id},
         )
         self._abandoned = True
+        if self._flight is not None:
+            self._flight.abandon()
         self._outer.cancel_scope.cancel()
 
     async def run(self, *, handle_signals: bool = False) -> None:
@@ -228,8 +236,8 @@ class WorkflowWorker:
         async with anyio.create_task_group() as outer:
             self._outer = outer
             if handle_signals:
-                outer.start_soon(self._watch_signals, outer)
-            outer.start_soon(self._bound_drain, outer)
+                outer.start_soon(self._watch_signals)
+            outer.start_soon(self._bound_drain)
             # One task renews every in-flight lease (cancelled with ``outer`` once the
             # workflows have settled), instead of a heartbeat task per workflow.
             outer.start_soon(self.executor.keep_leases)
@@ -239,6 +247,7 @@ class WorkflowWorker:
                 outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
             async with InFlight(self._task_failed) as running:
+                self._flight = running
                 await self._claim_loop(claimer, running)
                 logger.info(
                     "worker %s stopping: waiting for %d in-flight workflows (at most %ss)",
@@ -310,7 +319,7 @@ class WorkflowWorker:
         its last refresh)."""
         if not isinstance(self.store, WorkerRegistry):
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(0.5 if self._abandoned else 5):
             try:
                 await self.store.leave_worker(self.worker_id)
             except FrameworkError as exc:
@@ -325,22 +334,15 @@ class WorkflowWorker:
         with self._scheduling:
             await self.scheduler.run()
 
-    async def _bound_drain(self, outer: TaskGroup) -> None:
+    async def _bound_drain(self) -> None:
         """Once asked to stop, give the in-flight workflows ``drain_timeout_secs`` to settle;
-        then abandon them (cancelled with ``outer`` first, when they settle in time)."""
+        then abandon them (cancelled with the worker's task group first, when they settle
+        in time)."""
         await self._stop_asked.wait()
         await anyio.sleep(self.config.drain_timeout_secs)
-        logger.warning(
-            "the drain timeout (%ss) passed: abandoning %d in-flight workflows; their leases "
-            "expire and another worker reclaims them",
-            self.config.drain_timeout_secs,
-            self._in_flight,
-            extra={"worker_id": self.worker_id},
-        )
-        self._abandoned = True
-        outer.cancel_scope.cancel()
+        self.abandon(f"the drain timeout ({self.config.drain_timeout_secs}s) passed")
 
-    async def _watch_signals(self, outer: TaskGroup) -> None:
+    async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 if not self._stopping:
@@ -354,7 +356,9 @@ class WorkflowWorker:
                     )
                     self.stop()
                 else:
-                    self.abandon(f"received {signal.Signals(signum).name} again")
+                    why = f"received {signal.Signals(signum).name} again"
+                    self.abandon(why)
+                    exit_soon(why)
                     return
 
     def _task_failed(self, error: BaseException) -> None:

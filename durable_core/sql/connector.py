@@ -112,19 +112,25 @@ def classify_sqlalchemy(exc: BaseException) -> Failure | None:
 
 
 class _EngineSession:
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, *, shielded: bool = False) -> None:
         self.conn = conn
+        self.shielded = shielded
+
+    async def _run(self, statement: sa.Executable, params: Any) -> sa.CursorResult[Any]:
+        with anyio.CancelScope(shield=self.shielded):
+            result = await self.conn.execute(statement, params)
+        return result
 
     async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
-        result = await self.conn.execute(statement, dict(params or {}))
+        result = await self._run(statement, dict(params or {}))
         return result.mappings().all()
 
     async def execute(self, statement: sa.Executable, params: Params | None = None) -> int:
-        result = await self.conn.execute(statement, dict(params or {}))
+        result = await self._run(statement, dict(params or {}))
         return int(result.rowcount)
 
     async def execute_many(self, statement: sa.Executable, params: Sequence[Params]) -> None:
-        await self.conn.execute(statement, [dict(p) for p in params])
+        await self._run(statement, [dict(p) for p in params])
 
 
 class SQLAlchemyConnector:
@@ -137,7 +143,10 @@ class SQLAlchemyConnector:
     checkout shares, as for in-memory SQLite) each transaction, and each statement
     outside one, has the connection to itself: the others wait their turn, since a
     commit or a return-to-pool rollback would end every transaction on it. A
-    transaction opened inside another by the same task joins it.
+    transaction opened inside another by the same task joins it. There no cancellation
+    cuts a driver call short (connect, statement, commit, close): SQLAlchemy would
+    discard the connection every task shares. It lands once the call ends; a wait for
+    the turn is cancelled at once.
     """
 
     def __init__(
@@ -188,7 +197,7 @@ class SQLAlchemyConnector:
         if held is not None:
             yield held
             return
-        async with turn, engine.begin() as conn:
+        async with turn, _shielded_begin(engine) as conn:
             self._holders[task] = conn
             try:
                 yield conn
@@ -198,7 +207,7 @@ class SQLAlchemyConnector:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_EngineSession]:
         async with self._begun() as conn:
-            yield _EngineSession(conn)
+            yield _EngineSession(conn, shielded=self.one_connection)
 
     async def fetch(self, statement: sa.Executable, params: Params | None = None) -> Sequence[Row]:
         async with self.transaction() as session:
@@ -214,7 +223,28 @@ class SQLAlchemyConnector:
 
     async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
         async with self._begun() as conn:
-            return await conn.run_sync(work)
+            with anyio.CancelScope(shield=self.one_connection):
+                done = await conn.run_sync(work)
+        return done
 
     def classify(self, exc: BaseException) -> Failure | None:
         return classify_sqlalchemy(exc)
+
+
+@asynccontextmanager
+async def _shielded_begin(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """``engine.begin()`` whose connect, begin, commit and close no cancellation cuts short."""
+    with anyio.CancelScope(shield=True):
+        conn = await engine.connect()
+        try:
+            transaction = await conn.begin()
+        except BaseException:
+            await conn.close()
+            raise
+    try:
+        yield conn
+        with anyio.CancelScope(shield=True):
+            await transaction.commit()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()  # rolls back what was not committed

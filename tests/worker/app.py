@@ -125,6 +125,41 @@ async def never_ending() -> None:
     await block_forever()
 
 
+@workflow_step
+async def shields_itself() -> str:
+    """On its first attempt, an hour in a scope of its own that no cancellation reaches:
+    only the end of its process stops it."""
+    await record("shielded")
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    if ctx.attempt == 1:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(3600)
+    return "done"
+
+
+@workflow
+async def shielded_step() -> str:
+    return await shields_itself()
+
+
+@workflow_step
+async def blocks_the_loop() -> str:
+    """On its first attempt, blocks its worker's event loop for an hour (the bug of a
+    blocking call in an async step): its process hears nothing, not even a signal."""
+    await record("blocking")
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    if ctx.attempt == 1:
+        time.sleep(3600)
+    return "done"
+
+
+@workflow
+async def loop_blocked() -> str:
+    return await blocks_the_loop()
+
+
 @workflow
 async def killed_mid_step(n: int) -> int:
     a = await first(n)
@@ -169,6 +204,16 @@ async def mark_started() -> None:
 async def instant() -> str:
     await mark_started()
     return "ok"
+
+
+@workflow
+async def settles_when_told(flag: str) -> str:
+    """One step, then a wait that is not durable until the file ``flag`` exists (the test
+    says when the settlement is written), then settle."""
+    await mark_started()
+    while not os.path.exists(flag):  # noqa: ASYNC110 -- another process makes the file
+        await anyio.sleep(0.05)
+    return "settled"
 
 
 @workflow_step

@@ -2,8 +2,8 @@
 
 Each step appends what it did to the file ``SAGA_LOG``. In a worker started with
 ``SAGA_HOLD=1`` the hotel's compensation blocks once it has begun, so the test can
-SIGKILL the worker in the middle of compensating; a worker without it runs straight
-through.
+SIGKILL the worker in the middle of compensating (with ``SAGA_RELEASE``, only until that
+file exists); a worker without it runs straight through.
 """
 
 from __future__ import annotations
@@ -31,8 +31,18 @@ async def book(what: str) -> str:
 async def cancel_booking(what: str) -> None:
     log(f"undo {what} begins")
     if what == "hotel" and os.environ.get("SAGA_HOLD"):
-        await anyio.sleep(3600)
+        await held()
     log(f"undo {what}")
+
+
+async def held() -> None:
+    """Until the file ``SAGA_RELEASE`` exists (without it, an hour)."""
+    release = os.environ.get("SAGA_RELEASE")
+    if release is None:
+        await anyio.sleep(3600)
+        return
+    while not os.path.exists(release):  # noqa: ASYNC110 -- another process makes the file
+        await anyio.sleep(0.05)
 
 
 @workflow_step
