@@ -394,7 +394,7 @@ async def lingers(key: str) -> str:
 
 
 @workflow
-async def gather_whose_member_fails() -> list[str]:
+async def gather_whose_member_fails() -> list[str | None]:
     async def slow_branch() -> str:
         await lingers("a")
         return await fz_after_linger()
