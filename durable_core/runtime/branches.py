@@ -28,14 +28,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context, ContextVar, copy_context
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from .journal import Journal
+from typing import Any, Protocol, TypeVar
 
 current_task = asyncio.current_task
 
 T = TypeVar("T")
+
+
+class Owner(Protocol):
+    """What a branch belongs to (the body's :class:`~durable_core.runtime.journal.Journal`)."""
+
+    def started(self, branch: Branch, task: asyncio.Future[Any]) -> None:
+        """The body started ``task`` as ``branch``."""
+        ...
 
 
 class Branch:
@@ -43,7 +48,7 @@ class Branch:
 
     __slots__ = ("calls", "ended", "journal", "prefix", "quiet", "spawned", "task")
 
-    def __init__(self, journal: Journal, task: asyncio.Future[Any] | None, prefix: str) -> None:
+    def __init__(self, journal: Owner, task: asyncio.Future[Any] | None, prefix: str) -> None:
         self.journal = journal
         self.task = task
         self.prefix = prefix
