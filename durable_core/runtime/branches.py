@@ -97,7 +97,8 @@ class _BranchFactory:
         parent = branch_var.get()
         if parent is None:
             return self._make(loop, coro, kwargs)
-        context: Context = kwargs.pop("context", None) or copy_context()
+        given: Context | None = kwargs.pop("context", None)
+        context = copy_context() if given is None else given.copy()  # never the caller's own
         if parent.quiet or parent.task is not current_task(loop):
             # A task made inside a durable call (or by a task that is no branch) is no branch.
             context.run(branch_var.set, None)
