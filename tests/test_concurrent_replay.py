@@ -445,3 +445,27 @@ async def test_a_branch_ready_to_run_keeps_its_workflow_from_suspending(store: S
     assert await runner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
     assert await handle.output() == "go"
     assert (await handle.info()).attempts == 1
+
+
+@workflow
+async def steps_from_an_unnamed_task() -> str:
+    loop = asyncio.get_running_loop()
+    ours = loop.get_task_factory()
+    loop.set_task_factory(None)  # a task made without the factory that names branches
+    try:
+        task = asyncio.create_task(prepare(1))
+    finally:
+        loop.set_task_factory(ours)
+    return str(await task)
+
+
+async def test_a_durable_call_from_a_task_made_past_the_task_factory_is_refused(
+    store: Store,
+) -> None:
+    handle = await DurableClient(store).start_workflow(steps_from_an_unnamed_task)
+    assert await runner(store).run_until_complete(handle) is WorkflowStatus.FAILED
+    assert RAN["prepare 1"] == 0
+    error = await handle.error()
+    assert error is not None and error["type"] == "durable_core.errors.ConfigurationError"
+    assert "from a task it cannot place" in error["message"]
+    assert (await handle.info()).attempts == 1

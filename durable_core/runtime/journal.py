@@ -29,7 +29,7 @@ from contextvars import Token
 from typing import Any
 
 from ..errors import (
-    FrameworkError,
+    ConfigurationError,
     HistoryDivergedError,
     StepInputMismatchError,
     StepNameMismatchError,
@@ -180,7 +180,7 @@ class Journal:
         """The branch of the running task."""
         branch = branch_var.get()
         if branch is None or branch.journal is not self or branch.task is not current_task():
-            raise FrameworkError(
+            raise ConfigurationError(
                 f"workflow {self.workflow} called {name!r} from a task it cannot place: "
                 "a body's tasks are named as they are created (asyncio's task factory, "
                 "which durable-core installs on the loop); a task made another way (a "
