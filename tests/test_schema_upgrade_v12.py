@@ -132,7 +132,7 @@ async def test_a_version_11_database_is_upgraded_in_place(
                 await a_session_is_named_and_its_end_found(store, worker, async_url)
             else:
                 assert not isinstance(store, WorkerLiveness)
-                assert await store.end_dead_leases() == []  # type: ignore[attr-defined]
+                assert await store.end_dead_leases() == {}  # type: ignore[attr-defined]
                 assert await session_columns(async_url) == [(None, None)]
         finally:
             await store.close()
@@ -166,8 +166,8 @@ async def a_session_is_named_and_its_end_found(
             worker_id=worker.worker_id, limit=1, lease_seconds=300, routes=routes
         )
         assert claimed.id == flow.id
-        assert await store.end_dead_leases() == []
+        assert await store.end_dead_leases() == {}
         held.cancel()
-    assert await store.end_dead_leases() == [worker.worker_id]
+    assert await store.end_dead_leases() == {worker.worker_id: 1}
     [taken] = await store.claim(worker_id="w-12", limit=1, lease_seconds=30, routes=routes)
     assert taken.id == flow.id and taken.attempts == 2

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 
@@ -75,15 +76,18 @@ async def end_dead_leases(
             logger.debug(
                 "could not check for dead workers: %s", exc, extra={"worker_id": worker_id}
             )
-            dead = []
-        for gone in dead:
-            logger.warning(
-                "worker %s is dead (its database session ended): its workflows are taken over "
-                "now, without waiting for their leases to expire",
+            dead = {}
+        for gone, leases in dead.items():
+            # A worker that stopped cleanly held none: its session's end is no news.
+            logger.log(
+                logging.WARNING if leases else logging.DEBUG,
+                "worker %s is dead (its database session ended): the %d workflows it ran "
+                "are taken over now, without waiting for their leases to expire",
                 gone,
+                leases,
                 extra={"worker_id": worker_id, "dead_worker": gone},
             )
-        if dead:
+        if any(dead.values()):
             found()
         await anyio.sleep(max(every, LIVENESS_CHECK_FLOOR))
 

@@ -202,10 +202,10 @@ class WorkerLiveness(Protocol):
         beat (:meth:`WorkerRegistry.beat_worker`). Started once the first try has ended."""
         ...
 
-    async def end_dead_leases(self) -> list[str]:
+    async def end_dead_leases(self) -> dict[str, int]:
         """Mark gone each worker whose liveness session has ended and end now the leases it
         held, so the next claim takes its workflows over (with one more attempt, their late
-        writes fenced); their ids."""
+        writes fenced): how many leases each had, by worker id."""
         ...
 
 

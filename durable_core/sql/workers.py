@@ -154,21 +154,23 @@ class WorkerOperations(SQLStoreBase):
         """Mark the worker gone now (its row stays, expired, for a day)."""
         await self._execute("leave_worker", self._wq.leave, {"worker": worker_id})
 
-    async def end_dead_leases(self) -> list[str]:
+    async def end_dead_leases(self) -> dict[str, int]:
         """Mark gone each worker whose liveness session has ended, and end now the leases
-        it held, so that the next claim takes its workflows over; their ids, each reported
-        by one caller only. Nothing where the dialect cannot tell a session's end."""
+        it held, so that the next claim takes its workflows over: how many each had, by
+        worker id (each dead worker is reported to one caller, once; one that stopped
+        cleanly had none). Nothing where the dialect cannot tell a session's end."""
         q = self._wq
         if q.dead is None or q.bury is None:
-            return []
+            return {}
         if not await self._fetch("end_dead_leases", q.dead, {}):
-            return []  # the usual answer, in one read and no transaction
+            return {}  # the usual answer, in one read and no transaction
+        ended = {}
         async with self._transaction("end_dead_leases") as session:
             buried = await session.fetch(q.bury, self.dialect.bind_clock({}))
-            dead = [row["worker_id"] for row in buried]
-            for worker_id in dead:
-                await session.execute(q.end_leases, self.dialect.bind_clock({"worker": worker_id}))
-        return dead
+            for row in buried:
+                params = self.dialect.bind_clock({"worker": row["worker_id"]})
+                ended[row["worker_id"]] = await session.execute(q.end_leases, params)
+        return ended
 
     async def list_workers(self, *, gone_within_seconds: float = 0.0) -> list[WorkerRecord]:
         """The live workers, and those gone within the last ``gone_within_seconds``, by id."""

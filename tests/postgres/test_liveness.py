@@ -129,14 +129,14 @@ async def test_a_dead_sessions_leases_end_at_once_and_the_next_claim_takes_them_
         )
         assert await session_of(db, key) is not None
 
-        assert await other.end_dead_leases() == [], "a live session's worker is not dead"
+        assert await other.end_dead_leases() == {}, "a live session's worker is not dead"
         assert await other.claim(worker_id="w2", limit=1, lease_seconds=30, routes=ROUTES) == []
         held.end()
     # The session is closed: its lock is free.
     assert key is not None and await session_of(db, key) is None
 
-    assert await other.end_dead_leases() == ["w1"]
-    assert await other.end_dead_leases() == [], "a dead worker is found once"
+    assert await other.end_dead_leases() == {"w1": 1}
+    assert await other.end_dead_leases() == {}, "a dead worker is found once"
     [taken] = await other.claim(worker_id="w2", limit=1, lease_seconds=30, routes=ROUTES)
     assert taken.id == workflow_id and taken.attempts == 2
     assert taken.crashed is not None and taken.crashed.worker_id == "w1"
@@ -146,6 +146,19 @@ async def test_a_dead_sessions_leases_end_at_once_and_the_next_claim_takes_them_
         await store.start_step(claimed.lease, 0, "s", '"late"')
     [w1] = [w for w in await other.list_workers(gone_within_seconds=60) if w.worker_id == "w1"]
     assert not w1.live and w1.in_flight == 0, "shown gone at once"
+
+
+async def test_a_worker_that_stopped_cleanly_is_buried_with_no_lease_to_end(
+    store: PostgresStore, other: PostgresStore
+) -> None:
+    async with anyio.create_task_group() as group:
+        held = Held(store, "w1")
+        await group.start(held.run)
+        await store.beat_worker(worker("w1"), LONG_LEASE)
+        held.end()
+    await store.leave_worker("w1")
+    assert await other.end_dead_leases() == {"w1": 0}
+    assert await other.end_dead_leases() == {}
 
 
 async def test_a_lock_taken_before_the_server_restarted_proves_nothing(
@@ -162,7 +175,7 @@ async def test_a_lock_taken_before_the_server_restarted_proves_nothing(
     await db.execute(
         "UPDATE workflow_workers SET session_epoch = session_epoch - interval '1 hour'"
     )
-    assert await other.end_dead_leases() == []
+    assert await other.end_dead_leases() == {}
     assert await other.claim(worker_id="w2", limit=1, lease_seconds=30, routes=ROUTES) == []
     running = await db.fetchval("SELECT locked_until > now() + interval '60 s' FROM workflows")
     assert running, "left to its lease"
@@ -175,7 +188,7 @@ async def test_a_worker_that_holds_no_session_is_left_to_its_lease(
     await store.beat_worker(worker("w1"), LONG_LEASE)  # no liveness session held
     assert await db.fetchval("SELECT session_key FROM workflow_workers") is None
     await store.claim(worker_id="w1", limit=1, lease_seconds=LONG_LEASE, routes=ROUTES)
-    assert await other.end_dead_leases() == []
+    assert await other.end_dead_leases() == {}
     assert await other.claim(worker_id="w2", limit=1, lease_seconds=30, routes=ROUTES) == []
 
 
