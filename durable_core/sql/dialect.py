@@ -143,7 +143,8 @@ class SQLDialect:
     ) -> sa.ColumnElement[bool] | None:
         """Whether the database session that took the liveness lock ``key`` on the server
         started at ``epoch`` has ended (its lock is free, on that same server); ``None``
-        where a database cannot tell (a worker's liveness is then its lease alone)."""
+        where a database cannot tell (a worker's liveness is then its lease alone). A
+        dialect that can tell has :attr:`update_returning`."""
         return None
 
     @contextlib.contextmanager
