@@ -7,7 +7,10 @@ that name a session), and, when it finds one, one transaction ending that worker
 leases. Measured at a fleet's scale: ``workers`` workers, each holding its liveness
 lock on a session of its own and named by its registry row, ``running`` workflows
 running under their leases, ``pending`` pending; the floor is the claim of 32 rows
-from the same tables, measured in the same run.
+from the same tables, measured in the same run. Then the whole of it, end to end: a
+worker process draining three-step workflows at concurrency 32, with its liveness
+session and its checks, beside the same worker with them off (``durable_liveness=off``),
+in alternating trials.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import asyncpg
 from bench import sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.scenarios.claim import _PENDING, timed_claims
+from bench.scenarios.e2e import drain
+from durable_core import DurableClient
 from durable_core.sql.workers import WorkerStatements
 from durable_postgres import PostgresStore
 from durable_postgres.connector import compile_statement
@@ -116,8 +121,51 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             )
         )
         result.details.update(workers=workers, running=running, pending=pending)
+        for session in sessions:
+            await session.close()
+        sessions.clear()
+        await _drains(settings, conn, result)
     finally:
         for session in sessions:
             await session.close()
         await reset(conn)
         await conn.close()
+
+
+async def _drains(settings: Settings, conn: asyncpg.Connection, result: ScenarioResult) -> None:
+    """A worker draining three-step workflows with its liveness session, beside one with
+    it off, alternately: workflows per second and worker CPU per workflow."""
+    count, trials = settings.pick(3000, 40), settings.pick(4, 1)
+    off = settings.url + ("&" if "?" in settings.url else "?") + "durable_liveness=off"
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    async with PostgresStore(settings.url) as store:
+        client = DurableClient(store)
+        for trial in range(trials):
+            for kind in ("on", "off") if trial % 2 == 0 else ("off", "on"):
+                drained = await drain(
+                    settings,
+                    conn,
+                    client,
+                    kind="framework",
+                    processes=1,
+                    concurrency=32,
+                    count=count,
+                    url=None if kind == "on" else off,
+                )
+                rates[kind].append(drained.rate)
+                cpu[kind].append(drained.cpu_us)
+    result.add(
+        Figure(
+            name="drain, 1 worker at concurrency 32, liveness session on vs off",
+            unit="workflows/s",
+            value=median(rates["on"]),
+            floor=median(rates["off"]),
+            trials=rates["on"],
+            floor_trials=rates["off"],
+            note=(
+                f"{count} three-step workflows per trial; worker CPU {median(cpu['on']):.0f} "
+                f"vs {median(cpu['off']):.0f} us per workflow; floor = durable_liveness=off"
+            ),
+        )
+    )

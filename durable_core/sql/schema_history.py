@@ -177,13 +177,22 @@ def _v12() -> list[ops.MigrateOperation]:
     # Liveness by session: the advisory lock a worker holds on a database session of its
     # own for as long as it lives (NULL: it holds none, its liveness is its expires_at), and
     # when the server holding that lock started (a lock taken before a restart proves
-    # nothing: every session ended with it).
+    # nothing: every session ended with it). Every worker's check for dead workers walks
+    # the rows that name a session, and only those.
     return [
-        ops.AddColumnOp("workflow_workers", column)
-        for column in (
-            sa.Column("session_key", sa.Integer, nullable=True),
-            sa.Column("session_epoch", UTCDateTime(), nullable=True),
-        )
+        *(
+            ops.AddColumnOp("workflow_workers", column)
+            for column in (
+                sa.Column("session_key", sa.Integer, nullable=True),
+                sa.Column("session_epoch", UTCDateTime(), nullable=True),
+            )
+        ),
+        _partial(
+            "ix_workflow_workers_session",
+            "workflow_workers",
+            ("session_key",),
+            "session_key IS NOT NULL",
+        ),
     ]
 
 
