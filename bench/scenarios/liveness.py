@@ -135,7 +135,7 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
 async def _drains(settings: Settings, conn: asyncpg.Connection, result: ScenarioResult) -> None:
     """A worker draining three-step workflows with its liveness session, beside one with
     it off, alternately: workflows per second and worker CPU per workflow."""
-    count, trials = settings.pick(3000, 40), settings.pick(4, 1)
+    count, trials = settings.pick(3000, 40), settings.pick(6, 1)
     off = settings.url + ("&" if "?" in settings.url else "?") + "durable_liveness=off"
     rates: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}
