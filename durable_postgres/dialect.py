@@ -68,6 +68,22 @@ TALK_CHANNEL = "durable_talk"
 for the readers and callers waiting on it."""
 
 
+LIVENESS_LOCKS = 0x64757277
+"""The first key of every worker's liveness lock (``pg_advisory_lock(LIVENESS_LOCKS, key)``):
+two-key advisory locks are apart from the one-key locks the store takes elsewhere."""
+
+_locks = sa.table(
+    "pg_locks",
+    sa.column("locktype", sa.Text()),
+    sa.column("database", sa.Integer()),
+    sa.column("classid", sa.Integer()),
+    sa.column("objid", sa.BigInteger()),
+    sa.column("objsubid", sa.Integer()),
+    sa.column("granted", sa.Boolean()),
+)
+_databases = sa.table("pg_database", sa.column("oid", sa.Integer()), sa.column("datname"))
+
+
 class PostgresDialect(SQLDialect):
     """PostgreSQL 15+: the server's clock, ``ON CONFLICT DO UPDATE``, RETURNING, ``NOTIFY``."""
 
@@ -117,6 +133,30 @@ class PostgresDialect(SQLDialect):
         self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]
     ) -> sa.ColumnElement[Any]:
         return sa.extract("epoch", end - start)
+
+    def session_gone(
+        self, key: sa.ColumnElement[Any], epoch: sa.ColumnElement[Any]
+    ) -> sa.ColumnElement[bool]:
+        """No session holds the liveness lock ``key`` in this database, on a server that
+        has not restarted since it was taken (``epoch``: every session ended with a
+        restart, the living ones included, which take their locks again). One read of
+        ``pg_locks`` per statement, whatever the number of workers."""
+        this_database = (
+            sa.select(_databases.c.oid)
+            .where(_databases.c.datname == sa.func.current_database())
+            .scalar_subquery()
+        )
+        held = sa.select(sa.cast(_locks.c.objid, sa.BigInteger())).where(
+            _locks.c.locktype == const("advisory"),
+            _locks.c.database == this_database,
+            _locks.c.classid == const(LIVENESS_LOCKS),
+            _locks.c.objsubid == const(2),
+            _locks.c.granted,
+        )
+        return sa.and_(
+            epoch == sa.func.pg_postmaster_start_time(),
+            sa.cast(key, sa.BigInteger()).not_in(held),
+        )
 
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:

@@ -10,12 +10,14 @@ Enqueueing sends ``NOTIFY durable_workflows`` in the same statement, and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus
 
 import anyio
 import asyncpg
 import sqlalchemy as sa
+from anyio.abc import TaskStatus
 
 from durable_core.definitions.queues import Route
 from durable_core.errors import InvalidDatabaseURLError, StoreError
@@ -29,6 +31,7 @@ from . import flush
 from .connector import AsyncpgConnector
 from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect, PostgresStatements
 from .listener import Listener
+from .liveness import LivenessLock
 from .talk import TalkFeed
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -97,28 +100,39 @@ def normalize_url(url: str) -> tuple[str, str]:
 
 
 _LISTEN_OPTION = "durable_listen"
+_LIVENESS_OPTION = "durable_liveness"
 _OFF = frozenset({"off", "false", "0", "no"})
 _ON = frozenset({"on", "true", "1", "yes"})
 
 
-def _pop_listen_option(dsn: str) -> tuple[str, bool]:
-    """Remove ``durable_listen=on|off`` from the DSN's query; return ``(dsn, listen)``."""
+def _pop_switch(dsn: str, option: str) -> tuple[str, bool | None]:
+    """Remove ``option=on|off`` from the DSN's query; return ``(dsn, on)`` (``None``: not
+    given)."""
     base, sep, query = dsn.partition("?")
     if not sep:
-        return dsn, True
-    listen = True
+        return dsn, None
+    switch: bool | None = None
     kept = []
     for part in query.split("&"):
         key, _, value = part.partition("=")
-        if key != _LISTEN_OPTION:
+        if key != option:
             kept.append(part)
         elif value.lower() in _OFF:
-            listen = False
-        elif value.lower() not in _ON:
+            switch = False
+        elif value.lower() in _ON:
+            switch = True
+        else:
             raise InvalidDatabaseURLError(
-                f"{_LISTEN_OPTION}={value!r} in the PostgreSQL URL: use on or off"
+                f"{option}={value!r} in the PostgreSQL URL: use on or off"
             )
-    return base + ("?" + "&".join(kept) if kept else ""), listen
+    return base + ("?" + "&".join(kept) if kept else ""), switch
+
+
+def _chosen(argument: bool | None, in_url: bool | None) -> bool:
+    """A switch: the argument when given, else the URL's option, else on."""
+    if argument is not None:
+        return argument
+    return True if in_url is None else in_url
 
 
 class PostgresStore(SQLStore):
@@ -129,9 +143,13 @@ class PostgresStore(SQLStore):
     socket). ``min_size``/``max_size`` bound the pool; other keyword arguments go
     to :func:`asyncpg.create_pool` and :func:`asyncpg.connect`. ``listen=False``
     (or ``?durable_listen=off`` in the URL) turns ``LISTEN`` off: workers then
-    find new work by polling alone. Its connections plan each statement once and never
-    as a sequential scan (``plan_cache_mode = force_generic_plan``, ``enable_seqscan =
-    off``); a URL's own ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins. A worker's
+    find new work by polling alone. ``liveness=False`` (``?durable_liveness=off``)
+    turns off the liveness session each worker holds (see
+    :mod:`durable_postgres.liveness`; a transaction-mode pooler cannot keep one): the
+    workflows of a killed worker are then taken over when their leases expire. Its
+    connections plan each statement once and never as a sequential scan
+    (``plan_cache_mode = force_generic_plan``, ``enable_seqscan = off``); a URL's own
+    ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins. A worker's
     flushes and claims each keep a connection of the pool (see
     :class:`~durable_postgres.connector.HeldConnection`) when it can spare them.
     """
@@ -148,10 +166,12 @@ class PostgresStore(SQLStore):
         min_size: int = 1,
         max_size: int = 10,
         listen: bool | None = None,
+        liveness: bool | None = None,
         **connect_kwargs: Any,
     ) -> None:
         dsn, description = normalize_url(url)
-        dsn, listen_in_url = _pop_listen_option(dsn)
+        dsn, listen_in_url = _pop_switch(dsn, _LISTEN_OPTION)
+        dsn, liveness_in_url = _pop_switch(dsn, _LIVENESS_OPTION)
         options = {k: v for k, v in connect_kwargs.items() if k not in _POOL_ONLY_OPTIONS}
         in_url = {key for key, _ in parse_qsl(dsn.partition("?")[2])}
         options["server_settings"] = {
@@ -171,9 +191,12 @@ class PostgresStore(SQLStore):
         )
         self._listener = (
             Listener(self._listen_connection, CHANNEL, self.description)
-            if (listen_in_url if listen is None else listen)
+            if _chosen(listen, listen_in_url)
             else None
         )
+        self._liveness_on = _chosen(liveness, liveness_in_url)
+        self._liveness: dict[str, LivenessLock] = {}
+        """The liveness lock each worker of this store holds, by worker id."""
         self._wakeup: anyio.Event | None = None
         self._flusher = self.connector.held()
         """The connection the group commit's flushes go over."""
@@ -220,6 +243,35 @@ class PostgresStore(SQLStore):
         params = flush.flush_params(steps, settlements)
         [row] = await self._fetch("write_batch", statement, params, on=self._flusher)
         return flush.landed(row, steps, settlements)
+
+    # -- liveness -------------------------------------------------------------
+
+    @property
+    def offers_liveness(self) -> bool:
+        """Whether this store's workers hold liveness sessions (``durable_liveness``)."""
+        return self._liveness_on
+
+    async def hold_liveness(
+        self, worker_id: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hold ``worker_id``'s liveness lock on a session of its own until cancelled (see
+        :mod:`durable_postgres.liveness`); at once when :attr:`offers_liveness` is false."""
+        if not self._liveness_on:
+            task_status.started()
+            return
+        lock = self._liveness[worker_id] = LivenessLock(self._listen_connection, self.description)
+        try:
+            await lock.run(task_status=task_status)
+        finally:
+            if self._liveness.get(worker_id) is lock:
+                del self._liveness[worker_id]
+
+    def worker_session(self, worker_id: str) -> tuple[int | None, datetime | None]:
+        """The liveness lock ``worker_id`` holds now and when the server started."""
+        lock = self._liveness.get(worker_id)
+        if lock is None or lock.held is None:
+            return None, None
+        return lock.held
 
     # -- claiming -------------------------------------------------------------
 

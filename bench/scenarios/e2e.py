@@ -93,11 +93,13 @@ async def drain(
     concurrency: int,
     count: int,
     prepare: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+    url: str | None = None,
 ) -> Trial:
     """One trial: throughput, worker CPU and server CPU per workflow.
 
     ``prepare`` fills the emptied tables before any worker starts (``e2e_waiting``);
-    the figures count the drained workflows (``three_steps``) only.
+    the figures count the drained workflows (``three_steps``) only. ``url`` is the
+    framework workers' (the bench's, with options, say), if not ``settings.url``.
     """
     await reset(conn)
     settled = 0
@@ -114,7 +116,7 @@ async def drain(
             elif kind in OWN_FLOORS:
                 procs.append(group.start_own_floor(kind, concurrency=concurrency))
             else:
-                procs.append(group.start_worker(concurrency=concurrency))
+                procs.append(group.start_worker(concurrency=concurrency, url=url))
         await wait_listening(conn, procs, before + processes)
         cpu_before = sum(proc.cpu_seconds() for proc in procs)
         server_before = await server_cpu(conn, bench_sessions)

@@ -33,7 +33,9 @@ read; no other role needed), :class:`RunContract`, :class:`AttemptContract`,
 a :class:`~durable_core.testing.WorkflowRunner` needs), :class:`ListingContract`.
 
 A store that claims (a :class:`~durable_core.seams.store.Claimer`) adds
-:class:`ClaimerContract` instead of :class:`NoClaimerContract`. Optional
+:class:`ClaimerContract` instead of :class:`NoClaimerContract`, and
+:class:`LivenessContract` when it ties a worker's liveness to a database session
+(a :class:`~durable_core.seams.store.WorkerLiveness`). Optional
 fixtures: ``durable_second_store`` (a second instance on the same database,
 for the concurrency tests) and ``durable_tamper`` (to corrupt rows; the
 default works for stores that expose a SQLAlchemy ``engine``). The suite runs
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from .engine_contract import EngineContract
     from .flow_contract import DebounceContract
     from .listing_contract import ListingContract
+    from .liveness_contract import LivenessContract
     from .run_contract import RunContract
     from .schedule_contract import ScheduleContract
     from .schedule_overlap_contract import ScheduleOverlapContract
@@ -80,6 +83,7 @@ _WHERE = {
     "ContractBase": "base",
     "EngineContract": "engine_contract",
     "ListingContract": "listing_contract",
+    "LivenessContract": "liveness_contract",
     "RunContract": "run_contract",
     "ScheduleContract": "schedule_contract",
     "WaitingContract": "waiting_contract",
@@ -105,6 +109,7 @@ __all__ = [
     "EffectsContract",
     "EngineContract",
     "ListingContract",
+    "LivenessContract",
     "RunContract",
     "ScheduleContract",
     "WaitingContract",

@@ -39,6 +39,7 @@ from .config import WorkflowConfig
 from .executor import Executor
 from .flight import InFlight
 from .group_commit import group_commit
+from .leases import start_liveness
 from .scheduler import Scheduler, save_declared
 from .stopping import exit_soon
 
@@ -235,6 +236,8 @@ class WorkflowWorker:
         self.started.set()
         async with anyio.create_task_group() as outer:
             self._outer = outer
+            # Before the first beat names its liveness session, and before the first claim.
+            await start_liveness(self.store, outer, self.worker_id, self.config, self._claim_again)
             if handle_signals:
                 outer.start_soon(self._watch_signals)
             outer.start_soon(self._bound_drain)
@@ -457,6 +460,10 @@ class WorkflowWorker:
             return
         with anyio.move_on_after(seconds):
             await self._wake.wait()
+
+    def _claim_again(self) -> None:
+        """Wake the claim loop: work may be claimable now (a dead worker's)."""
+        self._wake.set()
 
     def _free_slots(self) -> int:
         """How many workflows to claim now: a slot per body that could run, while at most

@@ -19,6 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from anyio import TASK_STATUS_IGNORED
+from anyio.abc import TaskStatus
+
 from ..definitions.queues import Route
 from .compensation_role import Compensations
 from .flow_roles import Debouncer
@@ -64,6 +67,7 @@ __all__ = [
     "Streams",
     "Updates",
     "Watch",
+    "WorkerLiveness",
     "WorkerRegistry",
     "WorkflowStats",
 ]
@@ -174,6 +178,34 @@ class WorkerRegistry(Protocol):
 
     async def list_workers(self, *, gone_within_seconds: float = 0.0) -> list[WorkerRecord]:
         """The live workers, and those gone within the last ``gone_within_seconds``, by id."""
+        ...
+
+
+@runtime_checkable
+class WorkerLiveness(Protocol):
+    """A claimer that ties each worker's liveness to a database session of its own, so that
+    the workflows of a worker whose session ended (killed, its host lost) are taken over
+    within a poll interval instead of when their leases run out. A worker on a store
+    without it, or whose :attr:`offers_liveness` is false, leaves them to lease expiry."""
+
+    @property
+    def offers_liveness(self) -> bool:
+        """Whether this store can hold liveness sessions (a direct connection can; a
+        transaction-mode pooler cannot)."""
+        ...
+
+    async def hold_liveness(
+        self, worker_id: str, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED
+    ) -> None:
+        """Hold ``worker_id``'s liveness on a session of its own until cancelled, taking it
+        again when the session is lost; the worker's registry row names it from its next
+        beat (:meth:`WorkerRegistry.beat_worker`). Started once the first try has ended."""
+        ...
+
+    async def end_dead_leases(self) -> dict[str, int]:
+        """Mark gone each worker whose liveness session has ended and end now the leases it
+        held, so the next claim takes its workflows over (with one more attempt, their late
+        writes fenced): how many leases each had, by worker id."""
         ...
 
 

@@ -138,6 +138,15 @@ class SQLDialect:
         """The seconds from the moment ``start`` to the moment ``end``."""
         return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
 
+    def session_gone(
+        self, key: sa.ColumnElement[Any], epoch: sa.ColumnElement[Any]
+    ) -> sa.ColumnElement[bool] | None:
+        """Whether the database session that took the liveness lock ``key`` on the server
+        started at ``epoch`` has ended (its lock is free, on that same server); ``None``
+        where a database cannot tell (a worker's liveness is then its lease alone). A
+        dialect that can tell has :attr:`update_returning`."""
+        return None
+
     @contextlib.contextmanager
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         """Held while the schema is upgraded, so two processes never upgrade at once."""

@@ -62,8 +62,24 @@ def due(dialect: SQLDialect) -> sa.ColumnElement[bool]:
 
 
 def expired(dialect: SQLDialect) -> sa.ColumnElement[bool]:
-    """Running under a lease that has run out: its worker is gone, anyone may take it."""
+    """Running under a lease that has run out (or that :func:`end_lease` ended): its worker
+    is gone, anyone may take it."""
     return sa.and_(wf.c.status == RUNNING, wf.c.locked_until < dialect.now())
+
+
+def leased_to(dialect: SQLDialect, worker: Value) -> sa.ColumnElement[bool]:
+    """Running under a lease of ``worker`` that has not run out yet."""
+    return sa.and_(
+        wf.c.status == RUNNING, wf.c.locked_by == worker, wf.c.locked_until > dialect.now()
+    )
+
+
+def end_lease(dialect: SQLDialect) -> dict[str, Any]:
+    """What ending a lease early writes (its worker is known dead): it runs out now, so
+    :func:`expired` holds and the next claim takes the workflow over with one more
+    attempt, as it takes over any expired lease. The token is kept: fencing refuses the
+    old holder's writes from that claim on, as ever."""
+    return {"locked_until": dialect.now(), "updated_at": dialect.now()}
 
 
 def woken(dialect: SQLDialect) -> sa.ColumnElement[bool]:

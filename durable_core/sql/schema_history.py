@@ -173,6 +173,29 @@ def _v11() -> list[ops.MigrateOperation]:
     ]
 
 
+def _v12() -> list[ops.MigrateOperation]:
+    # Liveness by session: the advisory lock a worker holds on a database session of its
+    # own for as long as it lives (NULL: it holds none, its liveness is its expires_at), and
+    # when the server holding that lock started (a lock taken before a restart proves
+    # nothing: every session ended with it). Every worker's check for dead workers walks
+    # the rows that name a session, and only those.
+    return [
+        *(
+            ops.AddColumnOp("workflow_workers", column)
+            for column in (
+                sa.Column("session_key", sa.Integer, nullable=True),
+                sa.Column("session_epoch", UTCDateTime(), nullable=True),
+            )
+        ),
+        _partial(
+            "ix_workflow_workers_session",
+            "workflow_workers",
+            ("session_key",),
+            "session_key IS NOT NULL",
+        ),
+    ]
+
+
 VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(1, "create_durable_workflow_tables", "create the durable workflow tables", _v1),
     SchemaVersion(2, "durable_schema_v2", "record the durable schema version", _v2),
@@ -199,6 +222,9 @@ VERSIONS: tuple[SchemaVersion, ...] = (
     SchemaVersion(9, "durable_schema_v9", "schedules: overlap policies and buffered ticks", _v9),
     SchemaVersion(10, "durable_schema_v10", "flow control: debounce windows; keyed claims", _v10),
     SchemaVersion(11, "durable_schema_v11", "searchable attributes, each type indexed", _v11),
+    SchemaVersion(
+        12, "durable_schema_v12", "crash recovery: a worker lives as long as its session", _v12
+    ),
 )
 
 LATEST = VERSIONS[-1].number

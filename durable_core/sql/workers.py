@@ -5,9 +5,19 @@ upsert), each time pushing ``expires_at`` a lock timeout ahead; a clean stop
 moves ``expires_at`` to now. A row whose ``expires_at`` has passed is a gone
 worker's, whether it stopped or died: liveness is read off the clock, and rows
 gone for a day are deleted by the next beat of any worker.
+
+Where the database can tell when a session ends (PostgreSQL: a session-level advisory
+lock is free once its session is gone), a worker also holds a liveness lock on a
+session of its own and its row names it (``session_key``, ``session_epoch``, schema
+12). A worker whose lock is free is dead, whatever its ``expires_at`` says: any other
+worker marks it gone and ends the leases it held (:func:`~durable_core.sql.rules.end_lease`),
+so the next claim takes its workflows over at once instead of when their leases run out.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -15,8 +25,8 @@ from ..seams.operators import WorkerRecord, dump_names, load_names
 from . import schema
 from .base import SQLStoreBase
 from .connector import Row
-from .dialect import SQLDialect
-from .rules import param
+from .dialect import SQLDialect, const
+from .rules import end_lease, leased_to, param, wf
 
 wk = schema.workflow_workers
 
@@ -40,6 +50,8 @@ class WorkerStatements:
             "started_at": param("started", wk.c.started_at.type),
             "heartbeat_at": now,
             "expires_at": dialect.after("ttl_seconds"),
+            "session_key": param("session", sa.Integer()),
+            "session_epoch": param("epoch", wk.c.session_epoch.type),
         }
         insert = dialect.insert(wk).values(row)
         self.beat = dialect.upsert(
@@ -52,6 +64,29 @@ class WorkerStatements:
             wk.update()
             .where(wk.c.worker_id == param("worker"))
             .values(expires_at=now, heartbeat_at=now, in_flight=0)
+        )
+        gone = dialect.session_gone(wk.c.session_key, wk.c.session_epoch)
+        self.dead: sa.Select[Any] | None = None
+        """The workers whose liveness session ended (``None``: the dialect cannot tell)."""
+        self.bury: sa.Executable | None = None
+        """Mark gone the workers whose liveness session ended; their ids (a worker's
+        row is buried once: it names no session after)."""
+        if gone is not None:
+            dead = sa.and_(wk.c.session_key.is_not(None), gone)
+            self.dead = sa.select(wk.c.worker_id).where(dead)
+            self.bury = (
+                wk.update()
+                .where(dead)
+                .values(
+                    session_key=sa.null(),
+                    session_epoch=sa.null(),
+                    in_flight=const(0),
+                    expires_at=sa.case((wk.c.expires_at > now, now), else_=wk.c.expires_at),
+                )
+                .returning(wk.c.worker_id)
+            )
+        self.end_leases = dialect.wake_workers(
+            wf.update().where(leased_to(dialect, param("worker"))).values(end_lease(dialect))
         )
         self.listed = (
             sa.select(wk, (wk.c.expires_at > now).label("live"))
@@ -88,9 +123,15 @@ class WorkerOperations(SQLStoreBase):
             self._worker_statements = WorkerStatements(self.dialect)
         return self._worker_statements
 
+    def worker_session(self, worker_id: str) -> tuple[int | None, datetime | None]:
+        """The liveness lock ``worker_id`` holds now, and when the server holding it started
+        (``(None, None)``: none; a store that offers liveness locks says)."""
+        return None, None
+
     async def beat_worker(self, worker: WorkerRecord, ttl_seconds: float) -> None:
-        """Write ``worker``'s row, live for ``ttl_seconds`` from now; forget the rows of
-        workers gone for a day."""
+        """Write ``worker``'s row, live for ``ttl_seconds`` from now, naming the liveness
+        lock it holds (:meth:`worker_session`); forget the rows of workers gone for a day."""
+        key, epoch = self.worker_session(worker.worker_id)
         params = {
             "worker": worker.worker_id,
             "host": worker.host,
@@ -101,6 +142,8 @@ class WorkerOperations(SQLStoreBase):
             "busy": worker.in_flight,
             "started": worker.started_at,
             "ttl_seconds": float(ttl_seconds),
+            "session": key,
+            "epoch": epoch,
         }
         async with self._transaction("beat_worker") as session:
             bind = self.dialect.bind_clock
@@ -110,6 +153,24 @@ class WorkerOperations(SQLStoreBase):
     async def leave_worker(self, worker_id: str) -> None:
         """Mark the worker gone now (its row stays, expired, for a day)."""
         await self._execute("leave_worker", self._wq.leave, {"worker": worker_id})
+
+    async def end_dead_leases(self) -> dict[str, int]:
+        """Mark gone each worker whose liveness session has ended, and end now the leases
+        it held, so that the next claim takes its workflows over: how many each had, by
+        worker id (each dead worker is reported to one caller, once; one that stopped
+        cleanly had none). Nothing where the dialect cannot tell a session's end."""
+        q = self._wq
+        if q.dead is None or q.bury is None:
+            return {}
+        if not await self._fetch("end_dead_leases", q.dead, {}):
+            return {}  # the usual answer, in one read and no transaction
+        ended = {}
+        async with self._transaction("end_dead_leases") as session:
+            buried = await session.fetch(q.bury, self.dialect.bind_clock({}))
+            for row in buried:
+                params = self.dialect.bind_clock({"worker": row["worker_id"]})
+                ended[row["worker_id"]] = await session.execute(q.end_leases, params)
+        return ended
 
     async def list_workers(self, *, gone_within_seconds: float = 0.0) -> list[WorkerRecord]:
         """The live workers, and those gone within the last ``gone_within_seconds``, by id."""

@@ -12,6 +12,7 @@ from durable_core.contract import (
     ClaimerContract,
     CompensationContract,
     DebounceContract,
+    LivenessContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -88,5 +89,6 @@ class TestPostgresStore(
     CompensationContract,
     DebounceContract,
     AttributesContract,
+    LivenessContract,
 ):
     pass
