@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 
 from ..errors import (
+    ConfigurationError,
     LeaseLostError,
     SchemaMissingError,
     SchemaOutdatedError,
@@ -33,6 +34,9 @@ class Failure(enum.Enum):
     """The server answered but refused this client (credentials, unknown database)."""
     DUPLICATE = "duplicate"
     """A row with that key exists."""
+    INVALID = "invalid"
+    """The server refused a value the column cannot hold (a NUL in text, text too long, a
+    number out of range): bad input, never worth retrying."""
     OTHER = "other"
 
 
@@ -41,8 +45,11 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def store_error(failure: Failure, exc: BaseException, *, operation: str, store: str) -> StoreError:
-    """The error a user sees when ``operation`` on ``store`` failed with ``exc``."""
+def store_error(
+    failure: Failure, exc: BaseException, *, operation: str, store: str
+) -> StoreError | ConfigurationError:
+    """The error a user sees when ``operation`` on ``store`` failed with ``exc`` (a refused
+    value is bad input: a :class:`ConfigurationError`, which nothing retries)."""
     text = describe(exc)
     if failure is Failure.SCHEMA_MISSING:
         return SchemaMissingError(
@@ -56,6 +63,8 @@ def store_error(failure: Failure, exc: BaseException, *, operation: str, store: 
             f"{operation} on {store}: rolled back by a conflict with another transaction, "
             f"nothing written: {text}"
         )
+    if failure is Failure.INVALID:
+        return ConfigurationError(f"{operation} on {store}: the database refused a value: {text}")
     if failure is Failure.REFUSED:
         return StoreError(
             f"{operation} on {store}: the server refused the connection "

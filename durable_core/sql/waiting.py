@@ -14,7 +14,15 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from ..errors import ConfigurationError, WorkflowNotFoundError
-from ..seams.records import MAX_TOPIC, Lease, Wait, WaitKind, soonest_deadline, waiting_for_all
+from ..seams.records import (
+    MAX_TOPIC,
+    Lease,
+    Wait,
+    WaitKind,
+    check_topic,
+    soonest_deadline,
+    waiting_for_all,
+)
 from . import errors
 from .base import SQLStoreBase
 from .connector import Params
@@ -143,6 +151,7 @@ class WaitingOperations(SQLStoreBase):
 
         A second send with the same ``message_id`` does nothing.
         """
+        check_topic(topic)
         await self.check_values(f"send to workflow {workflow_id}", payload, topic)
         for what, value, most in (("idempotency key", message_id, 64), ("topic", topic, MAX_TOPIC)):
             if len(value) > most:
