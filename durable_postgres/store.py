@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from durable_core.definitions.queues import Route
 from durable_core.errors import InvalidDatabaseURLError, StoreError
+from durable_core.redaction import MASK, is_secret_name
 from durable_core.seams.records import ClaimedWorkflow, Settlement, StepWrite
 from durable_core.seams.talk_roles import Watch
 from durable_core.sql import SQLStore
@@ -84,6 +85,9 @@ def normalize_url(url: str) -> tuple[str, str]:
         parsed = sa.make_url(dsn)
     except (sa.exc.ArgumentError, ValueError) as exc:
         raise InvalidDatabaseURLError(f"malformed PostgreSQL URL: {exc}") from None
+    # Secrets are masked before the query is decoded: decoded, a value may hold a space
+    # or a quote, and no rule could then tell where it ends.
+    query = {key: (MASK if is_secret_name(key) else value) for key, value in parsed.query.items()}
     shown = sa.URL.create(
         "postgresql",
         parsed.username,
@@ -91,7 +95,7 @@ def normalize_url(url: str) -> tuple[str, str]:
         parsed.host,
         parsed.port,
         parsed.database,
-        parsed.query,
+        query,
     ).render_as_string(hide_password=False)
     return dsn, f"PostgreSQL {unquote_plus(shown)}"
 

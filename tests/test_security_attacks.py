@@ -4,23 +4,32 @@ command, a real database or a real log handler; the dashboard's are in
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import pytest
 
 from durable_core import (
     ConfigurationError,
     DurableClient,
+    Registry,
     WorkflowConfig,
     WorkflowStatus,
     recv,
     send,
     set_attributes,
     workflow,
+    workflow_step,
 )
+from durable_core.codec import encode_arguments
+from durable_core.redaction import redact
+from durable_core.seams.records import NewWorkflow
 from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
 from durable_mysql import MySQLStore
@@ -30,6 +39,7 @@ from tests.conftest import POSTGRES_URL, migrated_postgres_database, migrated_sq
 from tests.raw_sql import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
+DURABLE = [sys.executable, "-m", "durable_core"]
 FAST = WorkflowConfig(retry_backoff_secs=0)
 
 
@@ -156,3 +166,116 @@ async def test_12_a_value_the_database_refuses_is_not_retried(
         error = await sender.error()
         assert error is not None and error["type"] == "durable_core.errors.ConfigurationError"
         assert (await client.get(sender.id)).attempts == 1
+
+
+# -- 3: JSON logs leaking a password through a traceback ---------------------------------------
+
+_LOGS_AN_EXCEPTION = """
+import logging
+from durable_core.cli.common import configure_logging
+from durable_core.redaction import get_logger
+
+configure_logging("INFO", {fmt!r})
+for logger in (get_logger("durable_core.worker"), logging.getLogger("a.library")):
+    try:
+        raise OSError("cannot reach postgresql://app:hunter2@db:5432/orders?sslpassword=s3cr3t")
+    except OSError:
+        logger.exception("connect failed for postgresql://app:hunter2@db/orders")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_3_no_log_format_shows_a_password_in_a_traceback(fmt: str) -> None:
+    """``--log-format json`` writes the traceback's text redacted, as the text format does,
+    for durable's loggers and the libraries' alike."""
+    ran = subprocess.run(
+        [sys.executable, "-c", _LOGS_AN_EXCEPTION.format(fmt=fmt)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "hunter2" not in ran.stderr and "s3cr3t" not in ran.stderr, ran.stderr
+    assert ran.stderr.count("postgresql://app:***@db:5432/orders?sslpassword=***") == 2
+    if fmt == "json":
+        records = [json.loads(line) for line in ran.stderr.splitlines()]
+        assert [r["logger"] for r in records] == ["durable_core.worker", "a.library"]
+        for record in records:
+            assert "Traceback" in record["exc_info"] and "OSError" in record["exc_info"]
+            assert record["message"] == "connect failed for postgresql://app:***@db/orders"
+
+
+# -- 4: a ?password= value leaking past a space or a quote -------------------------------------
+
+SEPARATORS = [" ", ";", ",", "#", "'", ")", '"', "&x=", "%"]
+
+
+@pytest.mark.parametrize("separator", SEPARATORS)
+async def test_4_no_part_of_a_query_password_is_shown(separator: str, postgres_url: str) -> None:
+    """The URL-decoded ``?password=`` value is masked whole: in the store's description,
+    in ``redact`` of the URL as written, and in the output of a real command."""
+    secret = f"Tr0ub4dor{separator}Horse"
+    url = f"{postgres_url}?password={quote_plus(secret)}&application_name=durable"
+    assert "Horse" not in PostgresStore(url).description
+    written = quote_plus(secret, safe=";,#')\"%")  # as written: "&", "=" and " " encoded
+    assert "Horse" not in redact(f"open {postgres_url}?password={written}&sslmode=disable")
+    migrated = subprocess.run(
+        [sys.executable, "-m", "durable_core", "migrate", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    assert "Horse" not in migrated.stdout + migrated.stderr
+    assert "?application_name=durable&password=***" in migrated.stdout
+
+
+# -- 5: replay-check printing stored control sequences -----------------------------------------
+
+CHECKED = Registry()
+
+
+@workflow_step(name="orders.reserve")
+async def reserve_v1(item: str) -> str:
+    return f"reserved {item}"
+
+
+@workflow_step(name="orders.charge")
+async def charge_v1(item: str) -> str:
+    return f"charged {item}"
+
+
+@workflow(name="orders.place", registry=CHECKED)
+async def place_v1(item: str) -> str:
+    await reserve_v1(item)
+    await charge_v1(item)
+    return str(await recv("shipped"))
+
+
+async def test_5_replay_check_prints_no_control_sequence(tmp_path: Path) -> None:
+    """A workflow id written before ids were checked (by an older release, or straight into
+    the table) holds a window title, a clear-screen and a right-to-left override: the
+    divergence line shows the id without them."""
+    url = f"sqlite:///{tmp_path / 'flight.db'}"
+    evil = "order-1\x1b]0;pwned\x07\x1b[2J\x1b[H\u202egnp.exe"
+    async with SQLiteStore(url) as store:
+        await store.apply_schema()
+        given = encode_arguments(("lamp",), {}, what="input")
+        row = NewWorkflow(id=evil, name=place_v1.name, input=given, max_attempts=3)
+        await store.enqueue([row])
+        runner = WorkflowRunner(store, registry=CHECKED)
+        assert await runner.run_once(evil) is WorkflowStatus.WAITING
+    checked = subprocess.run(
+        [*DURABLE, "replay-check", "--app", "tests.replay_apps.orders_new", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert checked.returncode == 1, checked.stderr
+    [line] = checked.stdout.splitlines()
+    assert line.startswith("order-1gnp.exe orders.place at index 1: "), line
+    for shown in (checked.stdout, checked.stderr):
+        assert not any(c in shown for c in "\x1b\x07\u202e"), shown

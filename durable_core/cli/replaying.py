@@ -12,6 +12,7 @@ import anyio
 from ..errors import ConfigurationError
 from ..runtime.replay import Divergence, Report, export, read_history, replay, replay_check
 from .common import import_app, opened_store, with_app, with_database
+from .output import printable
 
 
 def add_commands(commands: Any) -> None:
@@ -95,8 +96,11 @@ async def _replay_check(args: argparse.Namespace) -> int:
 
 
 def _line(divergence: Divergence) -> str:
+    """One divergence on one line, with nothing stored (an id, a name, a message) reaching
+    the terminal with its control sequences."""
     where = "" if divergence.step_index is None else f" at index {divergence.step_index}"
     if divergence.recorded is not None:
         where += f": recorded {divergence.recorded}, new {divergence.called}"
     message = " ".join(divergence.message.split())
-    return f"{divergence.workflow_id} {divergence.workflow_name}{where}: {message}"
+    line = f"{divergence.workflow_id} {divergence.workflow_name}{where}: {message}"
+    return printable(line, one_line=True)
