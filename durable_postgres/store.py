@@ -25,6 +25,7 @@ from durable_core.seams.talk_roles import Watch
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
 from durable_core.sql.streams import PollingWatch
+from durable_core.sql.urls import parse_url
 
 from . import flush
 from .connector import AsyncpgConnector
@@ -81,10 +82,7 @@ def normalize_url(url: str) -> tuple[str, str]:
             "not a PostgreSQL URL (expected postgresql://user:password@host:5432/dbname)"
         )
     dsn = f"postgresql://{rest}"
-    try:
-        parsed = sa.make_url(dsn)
-    except (sa.exc.ArgumentError, ValueError) as exc:
-        raise InvalidDatabaseURLError(f"malformed PostgreSQL URL: {exc}") from None
+    parsed = parse_url(dsn, "PostgreSQL")
     # Secrets are masked before the query is decoded: decoded, a value may hold a space
     # or a quote, and no rule could then tell where it ends.
     query = {key: (MASK if is_secret_name(key) else value) for key, value in parsed.query.items()}

@@ -148,7 +148,7 @@ def test_without_the_dashboard_extra_the_command_names_it(
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "durable: error: the dashboard needs starlette, uvicorn, jinja2, itsdangerous: "
+        "durable: error: the dashboard needs starlette, uvicorn, jinja2: "
         "pip install 'durable-core[dashboard]'"
     ]
 

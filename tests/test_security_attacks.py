@@ -279,3 +279,56 @@ async def test_5_replay_check_prints_no_control_sequence(tmp_path: Path) -> None
     assert line.startswith("order-1gnp.exe orders.place at index 1: "), line
     for shown in (checked.stdout, checked.stderr):
         assert not any(c in shown for c in "\x1b\x07\u202e"), shown
+
+
+# -- 13: the informational findings that need no browser ---------------------------------------
+
+
+def test_13_worker_metrics_listen_on_this_machine_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--metrics-port`` alone serves metrics (unauthenticated) on loopback, not on every
+    interface; ``--metrics-host`` still chooses."""
+    from durable_core.cli import build_parser
+    from durable_core.cli.running import _metrics_address
+
+    monkeypatch.delenv("DURABLE_METRICS_HOST", raising=False)
+    parser = build_parser()
+    assert _metrics_address(parser.parse_args(["worker", "--metrics-port", "0"])) == (
+        "127.0.0.1",
+        0,
+    )
+    chosen = parser.parse_args(["worker", "--metrics-port", "9464", "--metrics-host", "0.0.0.0"])
+    assert _metrics_address(chosen) == ("0.0.0.0", 9464)
+
+
+def test_13_caller_chosen_queues_do_not_multiply_metric_labels() -> None:
+    """Queue names are the callers' to choose: past ``MAX_QUEUE_LABELS`` of them, the store's
+    figures add the smallest up under one label, and every workflow is still counted."""
+    from datetime import UTC, datetime
+
+    from durable_core.observers.metrics import (
+        MAX_QUEUE_LABELS,
+        OTHER_QUEUES,
+        StoreMetrics,
+        StoreReading,
+    )
+    from durable_core.seams.records import BacklogRecord
+
+    now = datetime.now(UTC)
+    backlog = [
+        BacklogRecord(f"tenant-{n}", "app.flow", WorkflowStatus.PENDING, 1 + n % 7, now)
+        for n in range(1000)
+    ]
+    ended = {(f"tenant-{n}", "succeeded"): 2 for n in range(1000)}
+    families = StoreMetrics.families(StoreReading(backlog, now, ended))
+    by_name = {family.name: family for family in families}
+    counts = by_name["durable_backlog_workflows"].samples
+    queues = {sample.labels["queue"] for sample in counts}
+    assert len(queues) == MAX_QUEUE_LABELS + 1 and OTHER_QUEUES in queues
+    assert sum(sample.value for sample in counts) == sum(row.count for row in backlog)
+    ended_samples = [
+        s for s in by_name["durable_attempts_ended"].samples if s.name.endswith("_total")
+    ]
+    assert len({s.labels["queue"] for s in ended_samples}) == MAX_QUEUE_LABELS + 1
+    assert sum(s.value for s in ended_samples) == 2000
