@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
@@ -30,49 +28,15 @@ from durable_core import (
 from durable_core.codec import encode_arguments
 from durable_core.redaction import redact
 from durable_core.seams.records import NewWorkflow
-from durable_core.seams.store import Store
 from durable_core.testing import WorkflowRunner
-from durable_mysql import MySQLStore
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
-from tests.conftest import POSTGRES_URL, migrated_postgres_database, migrated_sqlite_url
+from tests.conftest import POSTGRES_URL, Backend, migrated_postgres_database
 from tests.raw_sql import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
 DURABLE = [sys.executable, "-m", "durable_core"]
 FAST = WorkflowConfig(retry_backoff_secs=0)
-
-
-@dataclass
-class Opened:
-    store: Store
-    url: str
-
-
-@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
-async def any_store(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-    mysql_url: str,
-) -> AsyncIterator[Opened]:
-    """An open store with the schema applied, on each of the three backends, and its URL."""
-    store: Store
-    if request.param == "sqlite":
-        url = await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory)
-        store = SQLiteStore(url)
-    elif request.param == "postgresql":
-        base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
-        url = await migrated_postgres_database(POSTGRES_URL, f"{base}_attacks")
-        store = PostgresStore(url)
-    else:
-        url = mysql_url
-        store = MySQLStore(url)
-    await store.open()
-    try:
-        yield Opened(store, url)
-    finally:
-        await store.close()
 
 
 # -- 11: a body forging the library's own messages ---------------------------------------------
@@ -88,11 +52,11 @@ async def forges_a_cancel(target: str) -> None:
     await send(target, "stop", topic="durable.cancel")
 
 
-async def test_11_a_body_cannot_send_on_a_reserved_topic(any_store: Opened) -> None:
+async def test_11_a_body_cannot_send_on_a_reserved_topic(any_backend: Backend) -> None:
     """``send(..., topic="durable.cancel")`` from a body is refused as a caller's is, before
     anything is written, and the body fails at once (bad input is not retried); the store's
     own ``send`` refuses it too."""
-    store = any_store.store
+    store = any_backend.store
     client = DurableClient(store)
     target = await client.start_workflow(waits_for_anything)
     forger = await client.start_workflow(forges_a_cancel, target.id)
@@ -106,7 +70,7 @@ async def test_11_a_body_cannot_send_on_a_reserved_topic(any_store: Opened) -> N
     with pytest.raises(ConfigurationError, match="is reserved"):
         await store.send(target.id, "durable.cancel", '"stop"', "forged-1")
     sent = "SELECT topic FROM workflow_messages WHERE workflow_id = :id"
-    assert await fetch(any_store.url, sent, {"id": target.id}) == []
+    assert await fetch(any_backend.url, sent, {"id": target.id}) == []
 
 
 # -- 12: a NUL in an attribute value -----------------------------------------------------------
@@ -119,12 +83,12 @@ async def tags_with_a_nul() -> str:
 
 
 async def test_12_a_nul_in_an_attribute_is_bad_input_on_every_backend(
-    any_store: Opened,
+    any_backend: Backend,
 ) -> None:
     """From a caller: a :class:`ConfigurationError` naming the attribute, not a driver's
     error; from a body: the workflow fails on its first attempt (never retried as if the
     database were down); nothing is written."""
-    store = any_store.store
+    store = any_backend.store
     client = DurableClient(store)
     handle = await client.start_workflow(tags_with_a_nul)
     with pytest.raises(ConfigurationError, match="attribute 'customer' holds a NUL"):
@@ -138,7 +102,7 @@ async def test_12_a_nul_in_an_attribute_is_bad_input_on_every_backend(
     assert error is not None and error["type"] == "durable_core.errors.ConfigurationError"
     assert (await client.get(handle.id)).attempts == 1
     rows = "SELECT name FROM workflow_attributes WHERE workflow_id = :id"
-    assert await fetch(any_store.url, rows, {"id": handle.id}) == []
+    assert await fetch(any_backend.url, rows, {"id": handle.id}) == []
 
 
 @workflow(max_attempts=3)

@@ -13,7 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..codec import TAG_KEY
+from ..codec.erasure import ERASED
 from ..codec.failures import load_error
+from ..codec.formats import registered_codec
+from ..errors import FrameworkError
 from ..redaction import redact
 from ..seams.records import StepRecord, StepTryRecord, WorkflowRecord
 
@@ -30,21 +33,36 @@ def cut(text: str, limit: int = MAX_SHOWN) -> str:
 
 
 def _tree(text: str) -> tuple[bool, Any]:
-    """``(True, parsed)`` for stored JSON; ``(False, None)`` for text that is not (or is
-    nested past what can be read)."""
+    """``(True, parsed)`` for stored JSON (an encrypted value decrypted first, when this
+    process has its key); ``(False, shown)`` for text that is not JSON, is nested past what
+    can be read (``shown``: the text), is encrypted with a key it lacks or was erased
+    (``shown``: saying so)."""
+    if text.startswith("@"):
+        name, _, payload = text[1:].partition(":")
+        if name == ERASED:
+            return False, "erased"
+        codec = registered_codec(name)
+        if codec is not None and codec.seals_errors:
+            try:
+                text = codec.reveal(payload)
+            except FrameworkError:
+                return False, f"encrypted ({name}, key {payload.partition(':')[0]})"
+        elif name == "aes-gcm":
+            return False, f"encrypted ({name}, key {payload.partition(':')[0]})"
     try:
         return True, json.loads(text)
     except (ValueError, RecursionError):
-        return False, None
+        return False, text
 
 
 def show_value(text: str | None) -> str:
     """A stored JSON value as readable Python-like text (``""`` for none), credentials
-    masked and cut to :data:`MAX_SHOWN` characters."""
+    masked and cut to :data:`MAX_SHOWN` characters; ``encrypted (aes-gcm, key K)`` for a
+    value encrypted under a key this process has not been given."""
     if text is None:
         return ""
     parsed, tree = _tree(text)
-    return cut(redact(_show(tree, 0) if parsed else text))
+    return cut(redact(_show(tree, 0) if parsed else tree))
 
 
 def show_arguments(text: str) -> str:
@@ -53,7 +71,7 @@ def show_arguments(text: str) -> str:
     to :data:`MAX_SHOWN` characters."""
     parsed, tree = _tree(text)
     if not parsed:
-        return cut(redact(text))
+        return cut(redact(tree))
     if isinstance(tree, dict) and set(tree) <= {"args", "kwargs"} and tree:
         parts = [_show(v, 0) for v in tree.get("args", [])]
         parts += [f"{k}={_show(v, 0)}" for k, v in (tree.get("kwargs") or {}).items()]

@@ -53,6 +53,7 @@ __all__ = [
     "Compensations",
     "Debouncer",
     "EmbeddedDatabase",
+    "Erasure",
     "Lifecycle",
     "OperatorQueries",
     "RunStore",
@@ -174,6 +175,17 @@ class WorkerRegistry(Protocol):
 
     async def list_workers(self, *, gone_within_seconds: float = 0.0) -> list[WorkerRecord]:
         """The live workers, and those gone within the last ``gone_within_seconds``, by id."""
+        ...
+
+
+@runtime_checkable
+class Erasure(Protocol):
+    """A store that erases a settled workflow's payloads, keeping its row and history
+    (``durable erase``; see :mod:`durable_core.sql.erasure` for what is replaced)."""
+
+    async def erase_workflow(self, workflow_id: str) -> int:
+        """Replace the settled workflow's payloads with tombstones and delete its
+        attributes; how many values were erased."""
         ...
 
 
