@@ -87,8 +87,8 @@ async def enrol(who: Person) -> dict[str, Any]:
 
 
 async def run_enrolment(store: Store, who: Person, note: str) -> tuple[str, WorkflowStatus]:
-    """Start ``enrol(who)``, send it ``note`` and its update, run it (and its child) to its
-    end; its id and status, and the update's reply checked."""
+    """Start ``enrol(who)``, send it ``note`` and its update, run it and its child to their
+    ends; its id and status, and the update's reply checked."""
     client, runner = DurableClient(store), WorkflowRunner(store)
     handle = await client.start_workflow(enrol, who)
     await client.send(handle.id, note, topic="approval")
@@ -104,6 +104,8 @@ async def run_enrolment(store: Store, who: Person, note: str) -> tuple[str, Work
                 await anyio.sleep(0.02)
         status = await runner.run_until_complete(handle)
     assert replies == [f"confirmed for {who.name}"]
+    for child in await client.list_workflows(parent_id=handle.id):  # a refused one's too
+        assert await runner.run_until_complete(child.id) is WorkflowStatus.SUCCEEDED
     return handle.id, status
 
 

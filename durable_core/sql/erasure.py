@@ -1,12 +1,13 @@
 """Erasing a settled workflow's payloads (part of ``SQLStore``): the rule of what an erasure
 replaces, written once for every SQL backend.
 
-In one transaction, under the workflow's row lock: its input, output and error; its
-steps' inputs, outputs and errors; its failed tries' and attempts' errors; the messages
-sent to it, its events, its stream items, its updates' payloads, replies and errors
-become tombstones (:mod:`durable_core.codec.erasure`); its searchable attributes are
-deleted. Its row, status, timings, step names and statuses, attempts and the errors'
-types stay, for audit. Only a settled workflow (succeeded, failed or cancelled) is
+In one transaction, under the row locks of the workflow and its descendants (children,
+their children...: they were started with its data): their inputs, outputs and errors;
+their steps' inputs, outputs and errors; their failed tries' and attempts' errors; the
+messages sent to them, their events, stream items, updates' payloads, replies and errors
+become tombstones (:mod:`durable_core.codec.erasure`); their searchable attributes are
+deleted. Their rows, statuses, timings, step names and statuses, attempts and the errors'
+types stay, for audit. Only settled workflows (succeeded, failed or cancelled) are
 erased: a running one would write again.
 """
 
@@ -53,6 +54,7 @@ class ErasureStatements:
         mine = param("workflow", sa.String())
         tomb = param("tomb", sa.Text())
         self.locked = sa.select(wf.c.status, wf.c.error).where(wf.c.id == mine).with_for_update()
+        self.children = sa.select(wf.c.id).where(wf.c.parent_id == mine)
         self.workflow = (
             wf.update()
             .where(wf.c.id == mine)
@@ -109,38 +111,58 @@ class ErasureOperations(SQLStoreBase):
         return self._erasure_statements
 
     async def erase_workflow(self, workflow_id: str) -> int:
-        """Replace settled workflow ``workflow_id``'s payloads with tombstones and delete
-        its attributes, in one transaction; how many values were erased.
-        :class:`WorkflowNotFoundError` without such a workflow, :class:`InvalidStateError`
-        while it has not settled."""
+        """Replace settled workflow ``workflow_id``'s payloads, and its descendants' (they
+        were started with its data), with tombstones and delete their attributes, in one
+        transaction; how many values were erased. :class:`WorkflowNotFoundError` without
+        such a workflow, :class:`InvalidStateError` (nothing erased) while it or one of its
+        descendants has not settled."""
         q, at = self._eq, datetime.now(UTC)
-        mark = {"workflow": workflow_id, "tomb": tombstone(at)}
         async with self._transaction("erase_workflow") as session:
-            rows = await session.fetch(q.locked, {"workflow": workflow_id})
-            if not rows:
-                raise WorkflowNotFoundError(
-                    f"no workflow with id {workflow_id!r} in {self._description}"
-                )
-            status = WorkflowStatus(rows[0]["status"])
-            if not status.is_terminal:
-                raise InvalidStateError(
-                    f"workflow {workflow_id} is {status.value}: only a succeeded, failed or "
-                    "cancelled workflow's payloads are erased (cancel it first)"
-                )
-            erased = await session.execute(
-                q.workflow, {**mark, "error_tomb": erased_error(rows[0]["error"], at)}
-            )
-            erased += await session.execute(q.steps, mark)
-            erased += await self._erase_errors(
-                session, q.step_errors, q.step_error, "step_index", "index", mark, at
-            )
-            for select, update in q.keyed_errors:
-                erased += await self._erase_errors(
-                    session, select, update, "seq", "row_seq", mark, at
-                )
-            for statement in q.payloads:
-                erased += await session.execute(statement, mark)
-            erased += await session.execute(q.attributes, mark)
+            tree, frontier = [workflow_id], [workflow_id]
+            while frontier:
+                found = [
+                    row["id"]
+                    for parent in frontier
+                    for row in await session.fetch(q.children, {"workflow": parent})
+                ]
+                tree += found
+                frontier = found
+            errors: dict[str, str | None] = {}
+            for one in tree:
+                rows = await session.fetch(q.locked, {"workflow": one})
+                if not rows:
+                    raise WorkflowNotFoundError(
+                        f"no workflow with id {one!r} in {self._description}"
+                    )
+                status = WorkflowStatus(rows[0]["status"])
+                if not status.is_terminal:
+                    whose = "" if one == workflow_id else f" (a descendant of {workflow_id})"
+                    raise InvalidStateError(
+                        f"workflow {one}{whose} is {status.value}: only a succeeded, failed or "
+                        "cancelled workflow's payloads are erased (cancel it first)"
+                    )
+                errors[one] = rows[0]["error"]
+            erased = 0
+            for one, error in errors.items():
+                erased += await self._erase_one(session, one, error, at)
+        return erased
+
+    async def _erase_one(
+        self, session: Session, workflow_id: str, error: str | None, at: datetime
+    ) -> int:
+        """Erase one workflow's payloads, in ``session``'s transaction."""
+        q = self._eq
+        mark = {"workflow": workflow_id, "tomb": tombstone(at)}
+        erased = await session.execute(q.workflow, {**mark, "error_tomb": erased_error(error, at)})
+        erased += await session.execute(q.steps, mark)
+        erased += await self._erase_errors(
+            session, q.step_errors, q.step_error, "step_index", "index", mark, at
+        )
+        for select, update in q.keyed_errors:
+            erased += await self._erase_errors(session, select, update, "seq", "row_seq", mark, at)
+        for statement in q.payloads:
+            erased += await session.execute(statement, mark)
+        erased += await session.execute(q.attributes, mark)
         return erased
 
     @staticmethod
