@@ -206,12 +206,18 @@ class Server:
     process: subprocess.Popen[str]
 
 
-def _start_server(database_url: str, *extra: str) -> Server:
-    """``durable dashboard`` in a subprocess, once it answers."""
+def _start_server(database_url: str, *extra: str, env: dict[str, str] | None = None) -> Server:
+    """``durable dashboard`` in a subprocess, once it answers (with ``env`` in place of
+    this process's ``DURABLE_*`` variables, when given)."""
     port = _free_port()
+    environment = None
+    if env is not None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")}
+        environment.update(env)
     process = subprocess.Popen(
         [*DASHBOARD, "--database-url", database_url, "--port", str(port), *extra],
         cwd=ROOT,
+        env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -240,3 +240,50 @@ def test_arguments_are_encrypted_whole() -> None:
         text = encode_arguments((Person("Grace Hopper", "g@h", date(1906, 12, 9)),), {}, what="x")
     assert text.startswith("@aes-gcm:A:") and "Person" not in text
     assert current_codec().name == "json"
+
+
+async def test_the_dashboard_shows_encrypted_values_as_such_or_decrypted_with_the_key(
+    tmp_path: Path,
+) -> None:
+    """``durable dashboard`` without the keys shows each encrypted value as ``encrypted
+    (aes-gcm, key A)``; started with them, it shows them decoded, and a message sent from
+    its page is stored encrypted."""
+    from urllib.parse import quote, urlencode
+
+    from durable_sqlite import SQLiteStore
+    from tests.test_dashboard import _http, _start_server, _stop
+
+    url = f"sqlite:///{tmp_path / 'private.db'}"
+    async with SQLiteStore(url) as store:
+        await store.apply_schema()
+        with encrypting({"A": KEY_A}):
+            refused, _ = await run_enrolment(store, person("Ada Lovelace"), "refuse")
+            waiting = await DurableClient(store).start_workflow(enrol, person("Alan Turing"))
+    page = f"/workflows/{quote(refused, safe='')}"
+    blind = _start_server(url, env={})
+    try:
+        status, _, body = _http(blind.base, page)
+    finally:
+        _stop(blind)
+    assert status == 200 and "Lovelace" not in body
+    assert body.count("encrypted (aes-gcm, key A)") >= 4  # input, output of steps, error
+    keyed = _start_server(url, env=keys_env({"A": KEY_A}))
+    try:
+        status, _, body = _http(keyed.base, page)
+        assert status == 200 and "Ada Lovelace" in body and "encrypted (" not in body
+        assert "Ada Lovelace &lt;ada.lovelace@example.org&gt; was refused" in body
+        form = urlencode({"action": "send", "topic": "approval", "message": '"from the page"'})
+        target = f"/workflows/{quote(waiting.id, safe='')}"
+        assert _http(keyed.base, target, method="POST", body=form)[0] == 303
+    finally:
+        _stop(keyed)
+    [(payload,)] = await _fetch_payloads(url, waiting.id)
+    assert payload.startswith("@aes-gcm:A:") and "from the page" not in payload
+
+
+async def _fetch_payloads(url: str, workflow_id: str) -> list[tuple[Any, ...]]:
+    from tests.raw_sql import fetch
+
+    return await fetch(
+        url, "SELECT payload FROM workflow_messages WHERE workflow_id = :id", {"id": workflow_id}
+    )
