@@ -71,6 +71,7 @@ class EncryptingCodec(Codec):
     """
 
     name = "aes-gcm"
+    deterministic = False
     seals_errors = True
 
     def __init__(self, keys: Keys | Callable[[], Keys], *, current: str | None = None) -> None:

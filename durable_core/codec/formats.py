@@ -55,6 +55,9 @@ class Codec(abc.ABC):
     :meth:`decode` reads back. Errors should be :class:`SerializationError`."""
 
     name: str
+    deterministic: bool = True
+    """Whether a value is always written as the same text (an encrypting codec's differs
+    each time: a replay compares values, not texts)."""
     seals_errors: bool = False
     """Whether its values are secret (an encrypting codec): errors are then stored with
     their message and traceback sealed by it too (:meth:`seal`, :meth:`reveal`)."""
@@ -277,7 +280,9 @@ def encode_arguments(
 
     With the JSON codec the same arguments always give the same text, in any process: dict
     order is kept and set items are sorted by their encoded text. ``like``, stored text,
-    picks the codec that wrote it instead of the default, so a replay compares like with like.
+    picks the codec that wrote it instead of the default, so a replay compares like with like;
+    with a codec whose texts differ each time (an encrypting one), ``like`` itself is
+    returned when it holds these very arguments.
     """
     if not isinstance(args, tuple | list):
         raise SerializationError(
@@ -288,6 +293,8 @@ def encode_arguments(
     codec = _default if like is None else _codec_of(like)
     if codec is JSON:
         return JSON.encode_call(list(args), kwargs, what=what)
+    if like is not None and not codec.deterministic and same_arguments(like, args, kwargs):
+        return like  # the same call: its text as recorded, not a new one of the same values
     call = {"args": list(args), "kwargs": dict(kwargs)}
     return _envelope(codec, _call(codec, "encode", call, what))
 
