@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .claimer_contract import ClaimerContract, NoClaimerContract
     from .compensation_contract import CompensationContract
     from .engine_contract import EngineContract
+    from .erasure_contract import ErasureContract
     from .flow_contract import DebounceContract
     from .listing_contract import ListingContract
     from .run_contract import RunContract
@@ -76,6 +77,7 @@ _WHERE = {
     "CallerContract": "caller_contract",
     "ContractBase": "base",
     "EngineContract": "engine_contract",
+    "ErasureContract": "erasure_contract",
     "ListingContract": "listing_contract",
     "RunContract": "run_contract",
     "ScheduleContract": "schedule_contract",
@@ -100,6 +102,7 @@ __all__ = [
     "CallerContract",
     "ContractBase",
     "EngineContract",
+    "ErasureContract",
     "ListingContract",
     "RunContract",
     "ScheduleContract",

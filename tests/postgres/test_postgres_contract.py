@@ -12,6 +12,7 @@ from durable_core.contract import (
     ClaimerContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -87,6 +88,7 @@ class TestPostgresStore(
     ScheduleOverlapContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
     AttributesContract,
 ):
     pass
