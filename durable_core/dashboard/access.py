@@ -45,6 +45,8 @@ class Access:
     templates: Jinja2Templates
 
     def init_access(self, token: str | None, max_age: float) -> None:
+        """Guard the pages with ``token`` (``None``: open), sessions lasting ``max_age``
+        seconds."""
         self.token = token
         self.sessions = Sessions(max_age)
         self.throttle = Throttle()
