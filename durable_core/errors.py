@@ -315,6 +315,14 @@ class ValueTooLargeError(StoreError):
     retryable = False
 
 
+class ValueRefusedError(StoreError, ConfigurationError):
+    """The database refused a value its column cannot hold (a NUL in PostgreSQL text, a
+    value wider than its column, a number out of range): bad input, so nothing was
+    written and nothing retries it (a ``ConfigurationError`` as much as a ``StoreError``)."""
+
+    retryable = False
+
+
 class NonRetryableError(FrameworkError):
     """Raise it (or a subclass) from a step or a body to fail the workflow at once, with no
     retry by any policy."""
@@ -368,6 +376,7 @@ __all__ = [
     "UpdateRejectedError",
     "UpdateTimeoutError",
     "ValueTooLargeError",
+    "ValueRefusedError",
     "WaitTimeoutError",
     "WorkerStartError",
     "WorkflowCancelledError",

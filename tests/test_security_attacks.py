@@ -128,7 +128,7 @@ async def test_12_a_value_the_database_refuses_is_not_retried(
             WorkflowStatus.FAILED
         )
         error = await sender.error()
-        assert error is not None and error["type"] == "durable_core.errors.ConfigurationError"
+        assert error is not None and error["type"] == "durable_core.errors.ValueRefusedError"
         assert (await client.get(sender.id)).attempts == 1
 
 

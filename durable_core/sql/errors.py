@@ -10,12 +10,12 @@ from __future__ import annotations
 import enum
 
 from ..errors import (
-    ConfigurationError,
     LeaseLostError,
     SchemaMissingError,
     SchemaOutdatedError,
     StoreError,
     StoreUnavailableError,
+    ValueRefusedError,
 )
 from ..seams.records import Lease
 
@@ -45,11 +45,9 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def store_error(
-    failure: Failure, exc: BaseException, *, operation: str, store: str
-) -> StoreError | ConfigurationError:
+def store_error(failure: Failure, exc: BaseException, *, operation: str, store: str) -> StoreError:
     """The error a user sees when ``operation`` on ``store`` failed with ``exc`` (a refused
-    value is bad input: a :class:`ConfigurationError`, which nothing retries)."""
+    value is bad input: a :class:`ValueRefusedError`, which nothing retries)."""
     text = describe(exc)
     if failure is Failure.SCHEMA_MISSING:
         return SchemaMissingError(
@@ -64,7 +62,7 @@ def store_error(
             f"nothing written: {text}"
         )
     if failure is Failure.INVALID:
-        return ConfigurationError(f"{operation} on {store}: the database refused a value: {text}")
+        return ValueRefusedError(f"{operation} on {store}: the database refused a value: {text}")
     if failure is Failure.REFUSED:
         return StoreError(
             f"{operation} on {store}: the server refused the connection "
