@@ -47,6 +47,7 @@ from tests.test_dashboard import (  # noqa: F401 -- the fixtures seeded and brow
     _start_server,
     _stop,
     _wait_for,
+    batch,
     browser,
     checkout,
     inbox,
@@ -220,6 +221,20 @@ async def test_2_every_page_works_with_ids_users_choose(seeded: Seeded, browser:
         _wait_for(browser, "#notice", "Message sent.")
         assert await runner.run_until_complete(waiting) is WorkflowStatus.SUCCEEDED
         assert await waiting.output() == "odd ids work"
+
+        # A parent's page links to its children, and a child's to its parent.
+        parent = await client.start_workflow_with_id("parent/1#?%20..", batch, ["P-1"])
+        await runner.run_once(parent)
+        browser.get(f"{server.base}/?name={batch.name}")
+        _wait_for(browser, "tr.row")
+        browser.find_element(By.CSS_SELECTOR, "tr.row a.id").click()
+        _wait_for(browser, "#children a")
+        browser.find_element(By.CSS_SELECTOR, "#children a").click()
+        _wait_for(browser, "#parent", parent.id)
+        browser.find_element(By.ID, "parent").click()
+        _wait_for(browser, "#children a")
+        shown_id = browser.execute_script("return document.querySelector('dl dd.mono').textContent")
+        assert shown_id == parent.id
 
         # Cancel (an id starting with "..") and fork (the id "..") from their pages.
         browser.get(f"{server.base}/?status=waiting")
