@@ -34,7 +34,15 @@ from .caller.client import (
     use_store,
 )
 from .caller.handle import WorkflowHandle
-from .codec import Codec, allow_modules, durable_type, register_codec, register_type, use_codec
+from .codec import (
+    Codec,
+    EncryptingCodec,
+    allow_modules,
+    durable_type,
+    register_codec,
+    register_type,
+    use_codec,
+)
 from .definitions.debounce import DebounceKey
 from .definitions.queues import Queue, RateLimit
 from .definitions.registry import Registry, Workflow, default_registry, workflow
@@ -51,6 +59,8 @@ from .errors import (
     DebounceNotSupportedError,
     DeterminismError,
     DuplicateWorkflowError,
+    EncryptionKeyError,
+    ErasedValueError,
     FrameworkError,
     HistoryDivergedError,
     InvalidArgumentsError,
@@ -82,6 +92,7 @@ from .errors import (
     UpdateNotHandledError,
     UpdateRejectedError,
     UpdateTimeoutError,
+    ValueRefusedError,
     ValueTooLargeError,
     WaitTimeoutError,
     WorkerStartError,
@@ -173,8 +184,11 @@ __all__ = [
     "UpdateRequest",
     "UpdateTimeoutError",
     "UnknownCodecError",
+    "EncryptionKeyError",
+    "ErasedValueError",
     "UnknownWorkflowError",
     "ValueTooLargeError",
+    "ValueRefusedError",
     "WaitTimeoutError",
     "Workflow",
     "WorkerStartError",
@@ -203,6 +217,7 @@ __all__ = [
     "open_store",
     "patched",
     "register_codec",
+    "EncryptingCodec",
     "random",
     "recv",
     "recv_update",

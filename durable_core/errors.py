@@ -88,6 +88,18 @@ class UnknownCodecError(SerializationError):
     the workflow lacks what its rows need."""
 
 
+class EncryptionKeyError(SerializationError):
+    """A value cannot be encrypted or decrypted: it was written under a key this process
+    has not been given, it does not decrypt with the key named (a wrong key, or text
+    altered in the database), or no key is set up to write with."""
+
+
+class ErasedValueError(SerializationError):
+    """A value was erased (``durable erase``, ``DurableClient.erase``): the workflow's row
+    and history stay, its payloads do not. A body replaying over it, or a caller reading
+    it, gets this error."""
+
+
 class DeterminismError(FrameworkError):
     """A replay broke the determinism contract: at step ``index`` (``path`` in a concurrent
     body) the body called ``called`` where its history holds ``recorded``."""
@@ -310,6 +322,14 @@ class ValueTooLargeError(StoreError):
     retryable = False
 
 
+class ValueRefusedError(StoreError, ConfigurationError):
+    """The database refused a value its column cannot hold (a NUL in PostgreSQL text, a
+    value wider than its column, a number out of range): bad input, so nothing was
+    written and nothing retries it (a ``ConfigurationError`` as much as a ``StoreError``)."""
+
+    retryable = False
+
+
 class NonRetryableError(FrameworkError):
     """Raise it (or a subclass) from a step or a body to fail the workflow at once, with no
     retry by any policy."""
@@ -357,11 +377,14 @@ __all__ = [
     "TalkNotSupportedError",
     "UnknownCodecError",
     "UnknownWorkflowError",
+    "EncryptionKeyError",
+    "ErasedValueError",
     "UpdateConflictError",
     "UpdateNotHandledError",
     "UpdateRejectedError",
     "UpdateTimeoutError",
     "ValueTooLargeError",
+    "ValueRefusedError",
     "WaitTimeoutError",
     "WorkerStartError",
     "WorkflowCancelledError",

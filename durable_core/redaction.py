@@ -8,7 +8,8 @@ command's log handler, through :class:`RedactingFilter`).
 It hides each credential form libpq, asyncpg, SQLAlchemy and the MySQL drivers
 accept: the password in a URL's userinfo (``scheme://user:secret@host``, however
 it is encoded), a ``password``-like parameter in a URL's query
-(``?password=``, ``sslpassword=``, ``passfile=``...) or in a keyword DSN
+(``?password=``, ``sslpassword=``, ``passfile=``...: to the next parameter, whatever
+the value holds) or in a keyword DSN
 (``host=db password='se cret'``, ``PGPASSWORD=...``), and the same keys in a
 repr or JSON (``password='x'``, ``"password": "x"``).
 """
@@ -35,6 +36,13 @@ _VALUE = (
 _KEYED = re.compile(
     rf"(?P<key>{_KEY})(?P<sep>\s*=\s*|[\"']\s*:\s*)(?P<value>{_VALUE})", re.IGNORECASE
 )
+_QUERY_KEYED = re.compile(
+    # A URL query's parameter runs to the next "&key=" or the URL's end: a quote, ";", ","
+    # or ")" inside it is part of the secret (masking what follows is the safe mistake).
+    rf"(?P<lead>[?&])(?P<key>{_KEY})(?P<sep>=)(?P<value>(?:[^\s&]|&(?![\w.\-]+=))+)",
+    re.IGNORECASE,
+)
+_SECRET_NAME = re.compile(r"pass|pwd|secret|token|api_?key", re.IGNORECASE)
 _HINT = re.compile(r"pass|pwd|secret|token|key|://", re.IGNORECASE)
 _PLACEHOLDERS = frozenset({"password", MASK})
 """Values that stand for a password in documentation (``user:password@host``): kept."""
@@ -45,13 +53,38 @@ def redact(text: str) -> str:
     if not _HINT.search(text):
         return text
     text = _USERINFO.sub(_mask_userinfo, text)
+    text = _QUERY_KEYED.sub(_mask_query, text)
     return _KEYED.sub(_mask_value, text)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter called ``name`` holds a credential (``password``,
+    ``sslpassword``, ``passfile``, ``api_key``...): a URL's description shows ``***``."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_tree(value: object) -> object:
+    """``value`` with :func:`redact` applied to every text in it (lists, tuples and dicts
+    walked; a JSON log record's fields, say)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redact_tree(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_tree(item) for item in value]
+    return value
 
 
 def _mask_userinfo(match: re.Match[str]) -> str:
     if match["secret"] in _PLACEHOLDERS:
         return match[0]
     return f"{match['head']}:{MASK}@"
+
+
+def _mask_query(match: re.Match[str]) -> str:
+    if match["value"] in _PLACEHOLDERS:
+        return match[0]
+    return f"{match['lead']}{match['key']}={MASK}"
 
 
 def _mask_value(match: re.Match[str]) -> str:

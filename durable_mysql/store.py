@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from durable_core.errors import InvalidDatabaseURLError, ValueTooLargeError
 from durable_core.sql import SQLAlchemyConnector, SQLStore, classify_sqlalchemy
 from durable_core.sql.errors import store_error
+from durable_core.sql.urls import parse_url
 
 from .dialect import MySQLDialect
 
@@ -42,10 +43,7 @@ _STATEMENT_MARGIN = 64 * 1024
 
 def normalize_url(url: str | sa.URL) -> sa.URL:
     """Accept ``mysql://``, ``mariadb://`` or ``mysql+aiomysql://``; return the aiomysql form."""
-    try:
-        parsed = sa.make_url(url)
-    except (sa.exc.ArgumentError, ValueError) as exc:
-        raise InvalidDatabaseURLError(f"malformed MySQL URL {str(url)!r}: {exc}") from None
+    parsed = parse_url(url, "MySQL")
     if parsed.get_backend_name() not in _SCHEMES:
         raise InvalidDatabaseURLError(f"not a MySQL/MariaDB URL: {str(url)!r}")
     if parsed.get_driver_name() not in ("aiomysql", "mysqldb", "pymysql"):

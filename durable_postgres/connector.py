@@ -112,6 +112,8 @@ def classify(exc: BaseException) -> Failure | None:
         return Failure.REFUSED
     if isinstance(cause, asyncpg.UniqueViolationError):
         return Failure.DUPLICATE
+    if isinstance(cause, asyncpg.DataError):  # SQLSTATE class 22: a value the column refuses
+        return Failure.INVALID
     if isinstance(cause, asyncpg.PostgresError):
         return Failure.OTHER
     return classify_sqlalchemy(exc)

@@ -21,11 +21,13 @@ from anyio.abc import TaskStatus
 
 from durable_core.definitions.queues import Route
 from durable_core.errors import InvalidDatabaseURLError, StoreError
+from durable_core.redaction import MASK, is_secret_name
 from durable_core.seams.records import ClaimedWorkflow, Settlement, StepWrite
 from durable_core.seams.talk_roles import Watch
 from durable_core.sql import SQLStore
 from durable_core.sql.rows import claimed_from_row
 from durable_core.sql.streams import PollingWatch
+from durable_core.sql.urls import parse_url
 
 from . import flush
 from .connector import AsyncpgConnector
@@ -83,10 +85,10 @@ def normalize_url(url: str) -> tuple[str, str]:
             "not a PostgreSQL URL (expected postgresql://user:password@host:5432/dbname)"
         )
     dsn = f"postgresql://{rest}"
-    try:
-        parsed = sa.make_url(dsn)
-    except (sa.exc.ArgumentError, ValueError) as exc:
-        raise InvalidDatabaseURLError(f"malformed PostgreSQL URL: {exc}") from None
+    parsed = parse_url(dsn, "PostgreSQL")
+    # Secrets are masked before the query is decoded: decoded, a value may hold a space
+    # or a quote, and no rule could then tell where it ends.
+    query = {key: (MASK if is_secret_name(key) else value) for key, value in parsed.query.items()}
     shown = sa.URL.create(
         "postgresql",
         parsed.username,
@@ -94,7 +96,7 @@ def normalize_url(url: str) -> tuple[str, str]:
         parsed.host,
         parsed.port,
         parsed.database,
-        parsed.query,
+        query,
     ).render_as_string(hide_password=False)
     return dsn, f"PostgreSQL {unquote_plus(shown)}"
 

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,48 @@ async def sqlite_or_postgres(
     await store.apply_schema()
     try:
         yield store
+    finally:
+        await store.close()
+
+
+@dataclass
+class Backend:
+    """An open store and the URL of its database (to read it with plain SQL)."""
+
+    store: Store
+    url: str
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+async def any_backend(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    mysql_url: str,
+) -> AsyncIterator[Backend]:
+    """An open store with the schema applied on each of the three backends: a fresh SQLite
+    file, and a fresh PostgreSQL and MariaDB database named after the test module (so a
+    test may read every table and find only its own rows)."""
+    store: Store
+    if request.param == "sqlite":
+        url = await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory)
+        store = SQLiteStore(url)
+    elif request.param == "postgresql":
+        module = request.module.__name__.rsplit(".", 1)[-1]
+        base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
+        url = await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}")
+        store = PostgresStore(url)
+    else:
+        from durable_mysql import MySQLStore
+
+        module = request.module.__name__.rsplit(".", 1)[-1]
+        url = await empty_mysql_database(f"durable_{module}")
+        store = MySQLStore(url)
+    await store.open()
+    if request.param == "mysql":
+        await store.apply_schema()
+    try:
+        yield Backend(store, url)
     finally:
         await store.close()
 

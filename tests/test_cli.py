@@ -392,10 +392,12 @@ async def test_stats_counts_what_is_left_by_queue_name_and_status(
 
 
 def test_dashboard_on_every_interface_needs_the_names_it_is_reached_by() -> None:
-    refused = durable("dashboard", "--host", "0.0.0.0", "--token", "t0ken")
+    refused = durable("dashboard", "--host", "0.0.0.0", "--token", "t0ken-t0ken-t0ken-t0ken")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "--allowed-host" in refused.stderr
-    bad = durable("dashboard", "--token", "t0ken", "--allowed-host", "a.*.example.com")
+    bad = durable(
+        "dashboard", "--token", "t0ken-t0ken-t0ken-t0ken", "--allowed-host", "a.*.example.com"
+    )
     assert bad.returncode == 2 and "'*.example.com'" in bad.stderr, bad.stderr
 
 

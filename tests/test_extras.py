@@ -148,8 +148,26 @@ def test_without_the_dashboard_extra_the_command_names_it(
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "durable: error: the dashboard needs starlette, uvicorn, jinja2, itsdangerous: "
+        "durable: error: the dashboard needs starlette, uvicorn, jinja2: "
         "pip install 'durable-core[dashboard]'"
+    ]
+
+
+def test_without_the_crypto_extra_encryption_keys_name_it(
+    postgres_only: Path, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(postgres_only), "-m", "durable_core", "list", "--database-url", "sqlite:///x.db"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "DURABLE_ENCRYPTION_KEYS": "A=" + "A" * 43 + "="},
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "durable: error: the encrypting codec needs cryptography, which is not installed: "
+        "pip install 'durable-core[crypto]'"
     ]
 
 

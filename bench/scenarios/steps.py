@@ -5,11 +5,18 @@ A workflow calling the same trivial step many times runs through the real
 step's two statements (``start_step`` + ``complete_step``) sent by bare
 asyncpg under a real lease. With a store that does nothing the figure is the
 framework's own CPU per step; a replay from cache shows the cached-step path.
+
+Each of those three is measured again with the encrypting codec (AES-GCM) writing every
+step's input and output, in the same rounds, interleaved with the plain JSON runs: the
+encrypted figure's floor is the same step with the JSON codec.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio.lowlevel
@@ -19,7 +26,7 @@ from bench import app, sql
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, claim_args, enqueue_args
 from durable_core import DurableClient, Executor, WorkflowConfig
-from durable_core.codec import encode, encode_arguments
+from durable_core.codec import EncryptingCodec, encode, encode_arguments, register_codec, use_codec
 from durable_core.runtime.worker import WorkflowWorker
 from durable_core.seams.records import ClaimedWorkflow, Lease, Settlement, StepRecord, StepStatus
 from durable_core.seams.roles import ROLES, lacking
@@ -205,6 +212,17 @@ async def _per_call_ns(calls: int, fn: Any) -> float:
     return best
 
 
+@contextmanager
+def encrypted() -> Iterator[None]:
+    """Every value written inside the block encrypted (AES-256-GCM, a fresh key)."""
+    register_codec(EncryptingCodec({"bench": os.urandom(32)}), replace=True)
+    use_codec("aes-gcm")
+    try:
+        yield
+    finally:
+        use_codec("json")
+
+
 async def run(settings: Settings, result: ScenarioResult) -> None:
     count = settings.pick(300, 10)
     rounds = settings.pick(5, 1)
@@ -218,9 +236,19 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
     null_executor = Executor(NullStore(), WorkflowConfig())
     null_us: list[float] = []
     cached_us: list[float] = []
-    for _ in range(rounds):
-        null_us += await _framework_steps(null_executor, _claimed(count, cached=False))
-        cached_us += await _framework_steps(null_executor, _claimed(count, cached=True))
+    null_enc_us: list[float] = []
+    cached_enc_us: list[float] = []
+    for i in range(rounds):
+        for plain in (i % 2 == 0, i % 2 == 1):  # each order in turn
+            if plain:
+                null_us += await _framework_steps(null_executor, _claimed(count, cached=False))
+                cached_us += await _framework_steps(null_executor, _claimed(count, cached=True))
+                continue
+            with encrypted():
+                claimed = _claimed(count, cached=False)
+                null_enc_us += await _framework_steps(null_executor, claimed)
+                claimed = _claimed(count, cached=True)
+                cached_enc_us += await _framework_steps(null_executor, claimed)
 
     conn = await asyncpg.connect(settings.dsn)
     pool = await asyncpg.create_pool(settings.dsn, **sql.pool_options("durable_floor"))
@@ -228,6 +256,7 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
     await store.open()
     client = DurableClient(store)
     pg_us: list[float] = []
+    pg_enc_us: list[float] = []
     floor_us: list[float] = []
     try:
         await reset(conn)
@@ -235,7 +264,11 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             if i % 2 == 0:
                 floor_us += await _floor_steps(pool, count)
                 pg_us += await _postgres_steps(store, client, count)
+                with encrypted():
+                    pg_enc_us += await _postgres_steps(store, client, count)
             else:
+                with encrypted():
+                    pg_enc_us += await _postgres_steps(store, client, count)
                 pg_us += await _postgres_steps(store, client, count)
                 floor_us += await _floor_steps(pool, count)
     finally:
@@ -293,6 +326,37 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             better="lower",
             note="WorkflowWorker at concurrency 1 and 32: claim loop, executor, steps, settle, "
             "hooks (no log handler in-process); every store call only yields once",
+        )
+    )
+    same_run = "floor = the same step with the JSON codec, same rounds"
+    result.add(
+        Figure(
+            name="persisted step on PostgreSQL, payloads encrypted (AES-GCM)",
+            unit="us",
+            value=median(pg_enc_us),
+            floor=median(pg_us),
+            better="lower",
+            note=same_run,
+        )
+    )
+    result.add(
+        Figure(
+            name="framework CPU per persisted step, payloads encrypted (store does nothing)",
+            unit="us",
+            value=median(null_enc_us),
+            floor=median(null_us),
+            better="lower",
+            note=same_run,
+        )
+    )
+    result.add(
+        Figure(
+            name="step replayed from the cache, payloads encrypted",
+            unit="us",
+            value=median(cached_enc_us),
+            floor=median(cached_us),
+            better="lower",
+            note=same_run + " (the replay decrypts its input and output)",
         )
     )
     result.details["worker_cpu_us"] = worker_us

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import durations
 from ..definitions.queues import Queue, queue_name
-from ..errors import ConfigurationError, StatsNotSupportedError
+from ..errors import ConfigurationError, RoleNotSupportedError, StatsNotSupportedError
 from ..runtime.context import body_effect
 from ..seams.attributes import AttributeFilter, Attributes, attributes_of, check_filters
 from ..seams.plugins import observers
@@ -26,7 +26,7 @@ from ..seams.records import (
     WorkflowStatus,
 )
 from ..seams.roles import CallerStore, admin_of, describe
-from ..seams.store import WorkflowStats
+from ..seams.store import Erasure, WorkflowStats
 from .handle import WorkflowHandle
 from .ids import new_workflow_id
 
@@ -133,6 +133,24 @@ class AdminMethods:
             return "null"
 
         await body_effect("durable.retry", [workflow_id], retry)
+
+    async def erase(self, workflow_id: str) -> int:
+        """Erase a settled workflow's payloads: its input, output and error, its steps'
+        inputs, outputs and errors, the messages sent to it, its events, stream items and
+        updates become tombstones, its attributes are deleted; its row, status, timings,
+        history and errors' types stay, for audit. Reading an erased value (a caller's
+        ``output()``, a retried body's replay) raises
+        :class:`~durable_core.errors.ErasedValueError`. How many values were erased.
+        Raises :class:`~durable_core.errors.InvalidStateError` while it has not settled,
+        :class:`~durable_core.errors.RoleNotSupportedError` on a store that cannot."""
+        if not isinstance(self.store, Erasure):
+            raise RoleNotSupportedError(f"{describe(self.store)} cannot erase payloads")
+        store = self.store
+
+        async def erase() -> str:
+            return json.dumps(await store.erase_workflow(workflow_id))
+
+        return int(json.loads(await body_effect("durable.erase", [workflow_id], erase)))
 
     async def fork(self, workflow_id: str, *, from_step: int) -> WorkflowHandle[Any]:
         """Start a new workflow (a new id) with the name, input, attempt budget and timeout

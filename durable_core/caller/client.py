@@ -46,6 +46,7 @@ from ..seams.roles import CallerStore
 from .admin import AdminMethods
 from .handle import WorkflowHandle
 from .ids import MAX_ID_LENGTH as MAX_ID_LENGTH
+from .ids import check_workflow_id
 from .ids import new_workflow_id as new_workflow_id
 from .oncall import OnCallMethods
 from .schedule_admin import ScheduleMethods
@@ -205,12 +206,8 @@ class DurableClient(AdminMethods, ScheduleMethods, OnCallMethods):
             raise InvalidArgumentsError(
                 f"arguments do not fit workflow {definition.name}: {exc}"
             ) from None
-        if workflow_id is not None and not (
-            isinstance(workflow_id, str) and 0 < len(workflow_id) <= MAX_ID_LENGTH
-        ):
-            raise ConfigurationError(
-                f"a workflow id is a string of 1 to {MAX_ID_LENGTH} characters, got {workflow_id!r}"
-            )
+        if workflow_id is not None:
+            check_workflow_id(workflow_id)
         payload = encode_arguments(
             tuple(args), dict(kwargs), what=f"arguments of workflow {definition.name}"
         )
@@ -436,6 +433,7 @@ async def send(
     """Send ``message`` to a workflow's ``recv(topic)``, from anywhere. From a workflow
     body the send happens exactly once across replays; elsewhere, a repeated
     ``idempotency_key`` delivers nothing more."""
+    check_topic(topic)  # a reserved topic (``durable.cancel``...) is refused on every path
     ctx = body_context()
     if ctx is None:
         await DurableClient(current_store()).send(

@@ -18,7 +18,7 @@ from datetime import timedelta
 import anyio
 
 from .. import durations
-from ..errors import InvalidStateError, StatsNotSupportedError
+from ..errors import ConfigurationError, InvalidStateError, StatsNotSupportedError
 from ..seams.operators import Activity, ErrorCount, Unserved, WorkerRecord, WorkflowFilter, unserved
 from ..seams.records import BacklogRecord, StepRecord, WorkflowRecord, WorkflowStatus
 from ..seams.roles import CallerStore, admin_of, describe
@@ -79,33 +79,40 @@ class OnCallMethods:
         a failed attempt), counted by workflow name and error type, most frequent first."""
         return await self._queries().error_counts(where, limit=limit)
 
-    async def retry_workflows(self, where: WorkflowFilter) -> int:
+    async def retry_workflows(self, where: WorkflowFilter, *, limit: int | None = None) -> int:
         """Retry every failed or cancelled workflow ``where`` covers (each as :meth:`retry`
-        does, a page at a time); how many were retried. Each is retried at most once, even
-        if it fails again meanwhile."""
+        does, a page at a time), or the first ``limit`` of them in id order; how many were
+        retried. Each is retried at most once, even if it fails again meanwhile."""
+        left = _check_limit(limit)
         queries, after, retried = self._queries(), "", 0
-        while True:
-            ids = await queries.retry_workflows(where, after=after, limit=BULK_PAGE)
+        while left is None or left > 0:
+            page = BULK_PAGE if left is None else min(BULK_PAGE, left)
+            ids = await queries.retry_workflows(where, after=after, limit=page)
             if not ids:
-                return retried
+                break
             retried += len(ids)
+            left = None if left is None else left - len(ids)
             after = ids[-1]
+        return retried
 
-    async def cancel_workflows(self, where: WorkflowFilter) -> int:
+    async def cancel_workflows(self, where: WorkflowFilter, *, limit: int | None = None) -> int:
         """Cancel every pending, running or waiting workflow ``where`` covers, with its
-        unfinished children (each as :meth:`cancel` does); how many were cancelled."""
+        unfinished children (each as :meth:`cancel` does), or the first ``limit`` of them in
+        id order; how many were cancelled."""
+        left = _check_limit(limit)
         queries, after, cancelled = self._queries(), "", 0
-        while True:
-            ids = await queries.workflow_ids(
-                where, statuses=CANCELLABLE, after=after, limit=BULK_PAGE
-            )
+        while left is None or left > 0:
+            page = BULK_PAGE if left is None else min(BULK_PAGE, left)
+            ids = await queries.workflow_ids(where, statuses=CANCELLABLE, after=after, limit=page)
             if not ids:
-                return cancelled
+                break
             for workflow_id in ids:
                 with contextlib.suppress(InvalidStateError):  # it ended meanwhile
                     await admin_of(self.store, "cancel_workflows()").cancel_workflow(workflow_id)
                     cancelled += 1
+            left = None if left is None else left - len(ids)
             after = ids[-1]
+        return cancelled
 
     async def activity(self, window: float | timedelta) -> list[Activity]:
         """Per queue, over the last ``window`` (by the database's clock): the workflows
@@ -124,6 +131,12 @@ class OnCallMethods:
         """``no live worker serves NAME (queue Q)`` when ``record`` is pending and no live
         worker claims it; ``None`` otherwise (see :func:`why_pending`)."""
         return await why_pending(self.store, record)
+
+
+def _check_limit(limit: int | None) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigurationError(f"a bulk action's limit is 1 or more, got {limit!r}")
+    return limit
 
 
 async def why_pending(store: CallerStore, record: WorkflowRecord | str) -> str | None:

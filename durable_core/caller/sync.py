@@ -205,6 +205,11 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
         items = list(arguments)
         return [self._wrap(h) for h in self.call(self.client.start_workflows, fn, items)]
 
+    def erase(self, workflow_id: str) -> int:
+        """Erase a settled workflow's payloads (see :meth:`DurableClient.erase`)."""
+        result: int = self.call(self.client.erase, workflow_id)
+        return result
+
     def send(
         self,
         workflow_id: str,

@@ -58,13 +58,17 @@ class SyncOnCallMethods:
         """The workflows ``where`` covers that recorded an error, by name and error type."""
         return self.call(self.client.error_counts, where, limit=limit)
 
-    def retry_workflows(self: _Blocking, where: WorkflowFilter) -> int:
-        """Retry every failed or cancelled workflow ``where`` covers; how many were."""
-        return self.call(self.client.retry_workflows, where)
+    def retry_workflows(self: _Blocking, where: WorkflowFilter, *, limit: int | None = None) -> int:
+        """Retry every failed or cancelled workflow ``where`` covers (at most ``limit``);
+        how many were."""
+        return self.call(self.client.retry_workflows, where, limit=limit)
 
-    def cancel_workflows(self: _Blocking, where: WorkflowFilter) -> int:
-        """Cancel every unfinished workflow ``where`` covers; how many were."""
-        return self.call(self.client.cancel_workflows, where)
+    def cancel_workflows(
+        self: _Blocking, where: WorkflowFilter, *, limit: int | None = None
+    ) -> int:
+        """Cancel every unfinished workflow ``where`` covers (at most ``limit``); how many
+        were."""
+        return self.call(self.client.cancel_workflows, where, limit=limit)
 
     def activity(self: _Blocking, window: float | timedelta) -> list[Activity]:
         """Per queue, what was created, started and ended over the last ``window``."""

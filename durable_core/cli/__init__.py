@@ -1,7 +1,7 @@
 """The ``durable`` command: run a worker, apply the schema, inspect and steer workflows.
 
 Each module adds its commands: :mod:`.running` (worker, start, migrate, alembic,
-dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel, send, fork),
+dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel, erase, send, fork),
 :mod:`.schedules` and :mod:`.replaying` (export, replay-check); :mod:`.common` holds
 what they share.
 """
@@ -19,6 +19,7 @@ from typing import NoReturn
 
 import anyio
 
+from ..codec.encryption import configure_from_env
 from ..errors import FrameworkError
 from ..runtime.worker import single_error
 from . import inspecting, replaying, running, schedules
@@ -93,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     try:
         configure_logging(args.log_level, args.log_format)
+        configure_from_env()  # $DURABLE_ENCRYPTION_KEYS: values are written and read encrypted
         if getattr(args, "sync", False):
             code: int = args.run(args)
         else:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..caller.backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
 from ..errors import ConfigurationError
-from ..redaction import REDACTING, get_logger
+from ..redaction import REDACTING, get_logger, redact_tree
 from ..seams.plugins import plugin_manager
 from ..seams.store import EmbeddedDatabase, Store
 from .output import printable
@@ -91,7 +91,15 @@ def json_formatter() -> logging.Formatter:
             "JSON logs need python-json-logger, which is not installed: "
             "pip install 'durable-core[logs]'"
         ) from None
-    return JsonFormatter(
+
+    class RedactingJson(JsonFormatter):
+        """Every text of the object redacted: the formatter writes ``exc_info`` from the
+        exception itself, not from the record's redacted ``exc_text``."""
+
+        def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+            return {key: redact_tree(value) for key, value in log_data.items()}
+
+    return RedactingJson(
         ["asctime", "levelname", "name", "message"],
         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
     )

@@ -71,6 +71,16 @@ def add_commands(commands: Any) -> None:
     cancel.add_argument("workflow_id")
     cancel.set_defaults(run=_cancel)
 
+    erase = with_database(
+        commands.add_parser(
+            "erase",
+            help="erase a settled workflow's payloads (inputs, outputs, errors' texts, "
+            "messages, events, streams, updates, attributes), keeping its row and history",
+        )
+    )
+    erase.add_argument("workflow_id")
+    erase.set_defaults(run=_erase)
+
     send = with_database(
         commands.add_parser("send", help="send a message to a workflow's recv(topic)")
     )
@@ -303,7 +313,19 @@ def _show_text(
 async def _retry(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         await DurableClient(store).retry(args.workflow_id)
-    print(f"workflow {args.workflow_id} is pending again; its succeeded steps stay cached")
+    said = f"workflow {args.workflow_id} is pending again; its succeeded steps stay cached"
+    print(printable(said, one_line=True))
+    return 0
+
+
+async def _erase(args: argparse.Namespace) -> int:
+    async with opened_store(args.database_url, args.embedded_dir) as store:
+        count = await DurableClient(store).erase(args.workflow_id)
+    said = (
+        f"workflow {args.workflow_id} erased: {count} stored values replaced by tombstones; "
+        "its row, status, timings and history are kept"
+    )
+    print(printable(said, one_line=True))
     return 0
 
 
@@ -313,9 +335,10 @@ async def _cancel(args: argparse.Namespace) -> int:
         await client.cancel(args.workflow_id)
         status = await client.handle(args.workflow_id).status()
     if status.is_terminal:
-        print(f"workflow {args.workflow_id} cancelled")
+        said = f"workflow {args.workflow_id} cancelled"
     else:  # it owes a saga's compensations: they run first
-        print(f"workflow {args.workflow_id}: cancel requested; it runs its compensations first")
+        said = f"workflow {args.workflow_id}: cancel requested; it runs its compensations first"
+    print(printable(said, one_line=True))
     return 0
 
 
@@ -339,5 +362,5 @@ async def _send(args: argparse.Namespace) -> int:
 async def _fork(args: argparse.Namespace) -> int:
     async with opened_store(args.database_url, args.embedded_dir) as store:
         handle = await DurableClient(store).fork(args.workflow_id, from_step=args.from_step)
-    print(handle.id)
+    print(printable(handle.id, one_line=True))
     return 0

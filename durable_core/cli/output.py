@@ -6,6 +6,10 @@ retitle the window or hide the lines around it. :func:`printable` drops every
 escape sequence and control character but tab and newline. A moment at or
 beyond :data:`~durable_core.seams.records.FOREVER` (what a wait with no deadline
 stores) means "never", and is never printed as a date.
+
+The bidirectional formatting characters (U+202E RIGHT-TO-LEFT OVERRIDE and its kin) go
+too: they reorder what follows them on the line, so ``evil\u202egnp.exe`` would read as
+``evilexe.png``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ _CONTROL = re.compile(
     | \x1b[ -/]*[0-~]?                     # the other escapes (and a lone ESC)
     | \x9b[0-?]*[ -/]*[@-~]                # CSI in its 8-bit form
     | [\x00-\x08\x0b-\x1f\x7f-\x9f]        # any other control character
+    | [\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]  # bidirectional formatting: reorders
     """,
     re.VERBOSE,
 )

@@ -21,6 +21,7 @@ from ..runtime.replay import (
     replay_check,
 )
 from .common import import_app, opened_store, with_app, with_database
+from .output import printable
 
 
 def add_commands(commands: Any) -> None:
@@ -126,8 +127,11 @@ def _positive_seconds(text: str) -> float:
 
 
 def _line(divergence: Divergence) -> str:
+    """One divergence on one line, with nothing stored (an id, a name, a message) reaching
+    the terminal with its control sequences."""
     where = "" if divergence.step_index is None else f" at index {divergence.step_index}"
     if divergence.recorded is not None:
         where += f": recorded {divergence.recorded}, new {divergence.called}"
     message = " ".join(divergence.message.split())
-    return f"{divergence.workflow_id} {divergence.workflow_name}{where}: {message}"
+    line = f"{divergence.workflow_id} {divergence.workflow_name}{where}: {message}"
+    return printable(line, one_line=True)

@@ -67,7 +67,8 @@ def add_commands(commands: Any) -> None:
     worker.add_argument(
         "--metrics-host",
         metavar="HOST",
-        help=f"the address metrics listen on (default: ${METRICS_HOST_ENV}, else 0.0.0.0)",
+        help=f"the address metrics listen on (default: ${METRICS_HOST_ENV}, else 127.0.0.1: "
+        "this machine only; 0.0.0.0 serves them, unauthenticated, on every interface)",
     )
     worker.add_argument(
         "--embedded",
@@ -110,11 +111,11 @@ def add_commands(commands: Any) -> None:
         commands.add_parser("dashboard", help="serve the web dashboard (the [dashboard] extra)")
     )
     dashboard.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
-    dashboard.add_argument("--port", type=int, default=8484, help="default: 8484")
+    dashboard.add_argument("--port", type=port_number, default=8484, help="default: 8484")
     dashboard.add_argument(
         "--token",
         default=os.environ.get("DURABLE_DASHBOARD_TOKEN") or None,
-        help="needed to open it; required on any host but loopback "
+        help="needed to open it, at least 16 characters; required on any host but loopback "
         "(default: $DURABLE_DASHBOARD_TOKEN)",
     )
     dashboard.add_argument(
@@ -134,6 +135,17 @@ def add_commands(commands: Any) -> None:
         "default: $DURABLE_DASHBOARD_FORWARDED_ALLOW_IPS; unset: trust none)",
     )
     dashboard.set_defaults(run=_dashboard)
+
+
+def port_number(text: str) -> int:
+    """A TCP port for argparse: 0 to 65535 (0: any free one), never wrapped around."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return number
 
 
 def _worker_command(args: argparse.Namespace) -> int:
@@ -245,7 +257,7 @@ def _metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
         number = -1
     if not 0 <= number <= 65535:
         raise ConfigurationError(f"{source} {port!r} is not a port number (0 to 65535)")
-    host = args.metrics_host or os.environ.get(METRICS_HOST_ENV, "").strip() or "0.0.0.0"
+    host = args.metrics_host or os.environ.get(METRICS_HOST_ENV, "").strip() or "127.0.0.1"
     import durable_core.observers.metrics  # noqa: F401 -- a missing [metrics] extra is named now
 
     return host, number

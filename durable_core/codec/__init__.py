@@ -39,12 +39,16 @@ stored text names unless the type is registered or its module allowed (:mod:`.re
 
 Modules: ``text`` (JSON text and shared helpers), ``registry`` (the registry of type names),
 ``encode``, ``decode``, ``verify``, ``formats`` (named codecs and the public functions),
-``convert`` (msgspec). They import only :mod:`durable_core.errors` from the rest of the library.
+``convert`` (msgspec), ``encryption`` (:class:`EncryptingCodec`: AES-GCM with keys by id),
+``erasure`` (the tombstone an erased payload leaves), ``failures`` (errors as stored text).
+They import only :mod:`durable_core.errors` from the rest of the library.
 """
 
 from __future__ import annotations
 
+from . import erasure as erasure  # registers the tombstone's codec
 from .convert import convert
+from .encryption import EncryptingCodec
 from .formats import (
     Codec,
     JsonCodec,
@@ -62,6 +66,7 @@ from .text import TAG_KEY
 __all__ = [
     "TAG_KEY",
     "Codec",
+    "EncryptingCodec",
     "JsonCodec",
     "allow_modules",
     "convert",

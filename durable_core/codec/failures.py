@@ -10,6 +10,7 @@ from typing import Any
 
 from .._moved import current_name
 from ..errors import (
+    FrameworkError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowTimeoutError,
@@ -17,6 +18,7 @@ from ..errors import (
     sole_error,
 )
 from ..seams.records import WorkflowStatus
+from .formats import current_codec, registered_codec
 
 
 def error_record(
@@ -63,22 +65,65 @@ def cancellation_record(workflow_id: str, parent_id: str | None = None) -> dict[
     }
 
 
+SEALED = ("message", "traceback", "details")
+"""What an error record keeps sealed when values are secret (its type and step stay in
+clear: the failures page and ``durable list --error`` group by them)."""
+
+
 def dump_error(record: dict[str, Any]) -> str:
-    """Encode an error record for the ``error`` column."""
+    """Encode an error record for the ``error`` column (its type first). When this
+    process writes with a codec that seals (an encrypting one), the message, traceback
+    and details go into ``"sealed"``, sealed by it."""
+    codec = current_codec()
+    if codec.seals_errors and any(key in record for key in SEALED):
+        hidden = {key: record[key] for key in SEALED if key in record}
+        record = {key: value for key, value in record.items() if key not in SEALED}
+        plain = json.dumps(hidden, ensure_ascii=False, default=repr)
+        record["sealed"] = f"@{codec.name}:{codec.seal(plain)}"
     return json.dumps(record, ensure_ascii=False, default=repr)
 
 
 def load_error(text: str | None) -> dict[str, Any] | None:
-    """Decode an ``error`` column; a column that is not a JSON object comes back as its text."""
+    """Decode an ``error`` column; a column that is not a JSON object comes back as its text.
+    A sealed one is opened with its codec; without its key, its message says it is
+    ``encrypted (key ...)``, its traceback is ``None``, and ``"sealed"`` stays."""
     if text is None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"type": None, "message": text, "traceback": None}
-    if isinstance(value, dict):
-        return value
-    return {"type": None, "message": text, "traceback": None}
+    if not isinstance(value, dict):
+        return {"type": None, "message": text, "traceback": None}
+    sealed = value.get("sealed")
+    if isinstance(sealed, str):
+        opened = _unseal(sealed)
+        if opened is None:
+            value.setdefault("message", f"encrypted ({_which(sealed)})")
+            value.setdefault("traceback", None)
+        else:
+            del value["sealed"]
+            value.update(opened)
+    return value
+
+
+def _unseal(sealed: str) -> dict[str, Any] | None:
+    """The fields sealed in ``sealed`` (``@codec:payload``), or ``None`` without its key."""
+    name, _, payload = sealed.removeprefix("@").partition(":")
+    codec = registered_codec(name)
+    if codec is None or not codec.seals_errors:
+        return None
+    try:
+        opened = json.loads(codec.reveal(payload, what="an error's message"))
+    except (FrameworkError, ValueError):
+        return None
+    return opened if isinstance(opened, dict) else None
+
+
+def _which(sealed: str) -> str:
+    """``key <id>`` of a sealed text, as the dashboard says it."""
+    name, _, payload = sealed.removeprefix("@").partition(":")
+    return f"{name}, key {payload.partition(':')[0]}"
 
 
 def _type_name(kind: type[BaseException]) -> str:

@@ -33,6 +33,9 @@ __all__ = [
     "Codec",
     "JsonCodec",
     "codec_named",
+    "current_codec",
+    "registered_codec",
+    "same_stored",
     "decode",
     "decode_arguments",
     "encode",
@@ -52,6 +55,21 @@ class Codec(abc.ABC):
     :meth:`decode` reads back. Errors should be :class:`SerializationError`."""
 
     name: str
+    deterministic: bool = True
+    """Whether a value is always written as the same text (an encrypting codec's differs
+    each time: a replay compares values, not texts)."""
+    seals_errors: bool = False
+    """Whether its values are secret (an encrypting codec): errors are then stored with
+    their message and traceback sealed by it too (:meth:`seal`, :meth:`reveal`)."""
+
+    def seal(self, plain: str) -> str:
+        """``plain`` (JSON text) made as secret as this codec's values; the payload
+        :meth:`reveal` reads back. Only a codec whose ``seals_errors`` is true has one."""
+        raise NotImplementedError(f"codec {self.name!r} does not seal text")
+
+    def reveal(self, payload: str, *, what: str = "a value") -> str:
+        """The text :meth:`seal` made ``payload`` of."""
+        raise NotImplementedError(f"codec {self.name!r} does not seal text")
 
     @abc.abstractmethod
     def encode(self, value: object, *, what: str) -> str:
@@ -135,12 +153,14 @@ _codecs: dict[str, Codec] = {JSON.name: JSON}
 _default: Codec = JSON
 
 
-def register_codec(codec: Codec) -> None:
+def register_codec(codec: Codec, *, replace: bool = False) -> None:
     """Make ``codec`` available by its name, to read values it wrote and for :func:`use_codec`.
 
     Raises :class:`~durable_core.errors.RegistrationError` if the name is invalid or another
-    codec holds it.
+    codec holds it (unless ``replace``: then ``codec`` takes its place, as the default too
+    if the one it replaces was, as when an encrypting codec is given new keys).
     """
+    global _default
     if not isinstance(codec, Codec):
         raise RegistrationError(f"register_codec: expected a Codec, got {type_name(type(codec))}")
     name = getattr(codec, "name", None)
@@ -149,9 +169,13 @@ def register_codec(codec: Codec) -> None:
             f"register_codec: codec name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
         )
     held = _codecs.get(name)
-    if held is not None and held is not codec:
+    if held is not None and held is not codec and not replace:
         raise RegistrationError(f"register_codec: a codec named {name!r} is already registered")
+    if held is JSON and codec is not JSON:
+        raise RegistrationError("register_codec: the json codec cannot be replaced")
     _codecs[name] = codec
+    if held is not None and _default is held:
+        _default = codec
 
 
 def codec_named(name: str) -> Codec:
@@ -163,6 +187,16 @@ def codec_named(name: str) -> Codec:
             f"(registered: {', '.join(sorted(_codecs))}); call register_codec first"
         )
     return codec
+
+
+def current_codec() -> Codec:
+    """The codec new values are written with in this process (:func:`use_codec`)."""
+    return _default
+
+
+def registered_codec(name: str) -> Codec | None:
+    """The codec registered as ``name``, if any."""
+    return _codecs.get(name)
 
 
 def use_codec(name: str) -> None:
@@ -246,7 +280,9 @@ def encode_arguments(
 
     With the JSON codec the same arguments always give the same text, in any process: dict
     order is kept and set items are sorted by their encoded text. ``like``, stored text,
-    picks the codec that wrote it instead of the default, so a replay compares like with like.
+    picks the codec that wrote it instead of the default, so a replay compares like with like;
+    with a codec whose texts differ each time (an encrypting one), ``like`` itself is
+    returned when it holds these very arguments.
     """
     if not isinstance(args, tuple | list):
         raise SerializationError(
@@ -257,6 +293,8 @@ def encode_arguments(
     codec = _default if like is None else _codec_of(like)
     if codec is JSON:
         return JSON.encode_call(list(args), kwargs, what=what)
+    if like is not None and not codec.deterministic and same_arguments(like, args, kwargs):
+        return like  # the same call: its text as recorded, not a new one of the same values
     call = {"args": list(args), "kwargs": dict(kwargs)}
     return _envelope(codec, _call(codec, "encode", call, what))
 
@@ -276,6 +314,21 @@ def decode_arguments(text: str, *, what: str) -> tuple[tuple[object, ...], dict[
             f'"kwargs": {{...}}}}: {short(obj, 200)}'
         )
     return tuple(obj["args"]), obj["kwargs"]
+
+
+def same_stored(first: str, second: str) -> bool:
+    """Whether two stored texts hold values that read back identical (types included): the
+    same value, written twice by a codec whose text differs each time (an encrypting one's
+    nonce). ``False`` when either cannot be read here."""
+    if first == second:
+        return True
+    if not (first.startswith(_MARK) or second.startswith(_MARK)):
+        return False  # two JSON texts of one value are the same text
+    try:
+        same(decode(first, what="a stored value"), decode(second, what="a stored value"))
+    except (FrameworkError, Mismatch, RecursionError):
+        return False
+    return True
 
 
 def same_arguments(text: str, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .compensation_contract import CompensationContract
     from .effects_contract import EffectsContract
     from .engine_contract import EngineContract
+    from .erasure_contract import ErasureContract
     from .flow_contract import DebounceContract
     from .listing_contract import ListingContract
     from .liveness_contract import LivenessContract
@@ -82,6 +83,7 @@ _WHERE = {
     "EffectsContract": "effects_contract",
     "ContractBase": "base",
     "EngineContract": "engine_contract",
+    "ErasureContract": "erasure_contract",
     "ListingContract": "listing_contract",
     "LivenessContract": "liveness_contract",
     "RunContract": "run_contract",
@@ -108,6 +110,7 @@ __all__ = [
     "ContractBase",
     "EffectsContract",
     "EngineContract",
+    "ErasureContract",
     "ListingContract",
     "LivenessContract",
     "RunContract",

@@ -10,17 +10,15 @@ on-call pages (failures, bulk actions, workers, schedules, activity) are in
 
 from __future__ import annotations
 
-import hmac
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -33,21 +31,26 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..caller.client import DurableClient
-from ..errors import (
-    ConfigurationError,
-    FrameworkError,
-    SerializationError,
-    WorkflowNotFoundError,
-)
+from ..errors import ConfigurationError, SerializationError, WorkflowNotFoundError
 from ..redaction import redact
 from ..seams.attributes import Attributes, filter_term, parse_filter
 from ..seams.records import WorkflowStatus
 from ..seams.roles import describe
 from ..seams.store import Store
 from . import present
+from .access import Access, read_form
 from .monitor import Monitor
 from .oncall import OnCallPages, filter_of
-from .security import SESSION_MAX_AGE, SecurityHeaders, Sessions, check_hosts, notice
+from .security import (
+    SESSION_MAX_AGE,
+    SecurityHeaders,
+    TrustedHosts,
+    check_hosts,
+    notice,
+    server_error,
+)
+from .signin import check_token
+from .urls import workflow_url
 
 PAGE_SIZE = 50
 """Workflows on one page of the list."""
@@ -58,8 +61,6 @@ REFRESH_SECONDS = 5
 FILTERS = ("status", "name", "queue", "error", "created_after", "created_before", "attr")
 """The list's filters, as query parameters (``error``: the recorded error's type; ``attr``:
 attribute filters, ``NAME=VALUE`` terms separated by commas, as ``durable list --attr``)."""
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def create_app(
@@ -75,27 +76,29 @@ def create_app(
     uvicorn or mount in your own app (``Mount("/durable", create_app(client))``).
 
     It answers only requests whose ``Host`` is in ``allowed_hosts`` (names, or patterns such
-    as ``*.example.com``; ``["*"]``: any; default: this machine's names). With a ``token``,
-    every page and action needs it: open any page with ``?token=...`` or the sign-in form
-    once (a signed session cookie, not the token, is kept for ``session_max_age`` seconds),
-    or send ``Authorization: Bearer <token>``. ``extra_routes`` are served beside the
-    dashboard's (a metrics route, say), behind the same host check and headers but not the
-    token.
+    as ``*.example.com``; ``["*"]``: any; default: this machine's names). With a ``token``
+    (at least 16 characters), every page and action needs it: sign in once with the form
+    (a session of ``session_max_age`` seconds, ended by signing out; the cookie holds a
+    random id, never the token), or send ``Authorization: Bearer <token>``; a token in
+    a URL is refused. ``extra_routes`` are served beside the dashboard's (a metrics route,
+    say), behind the same host check and headers but not the token.
     """
     dashboard = _Dashboard(
         client if isinstance(client, DurableClient) else DurableClient(client),
-        token,
+        check_token(token),
         refresh_seconds,
+        session_max_age,
     )
     guard = dashboard.guarded
     routes: list[BaseRoute] = [
         Route("/", guard(dashboard.workflows), name="workflows"),
-        Route("/workflows/{workflow_id}", guard(dashboard.workflow), name="workflow"),
+        # One route for a workflow's page (GET) and its actions (POST, the action in the
+        # form): any id fits one path segment, its "/" encoded.
         Route(
-            "/workflows/{workflow_id}/{action:str}",
-            guard(dashboard.act),
-            methods=["POST"],
-            name="act",
+            "/workflows/{workflow_id:path}",
+            guard(dashboard.workflow),
+            methods=["GET", "POST"],
+            name="workflow",
         ),
         Route("/failures", guard(dashboard.failures), name="failures"),
         Route("/bulk/{action:str}", guard(dashboard.bulk), methods=["GET", "POST"], name="bulk"),
@@ -122,19 +125,21 @@ def create_app(
     ]
     middleware = [
         Middleware(SecurityHeaders),
-        Middleware(TrustedHostMiddleware, allowed_hosts=check_hosts(allowed_hosts)),
+        Middleware(TrustedHosts, allowed_hosts=check_hosts(allowed_hosts)),
     ]
-    if token is not None:
-        middleware.append(Middleware(Sessions, token=token, max_age=session_max_age))
-    return Starlette(routes=routes, middleware=middleware)
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers={Exception: server_error}
+    )
 
 
-class _Dashboard(OnCallPages):
+class _Dashboard(OnCallPages, Access):
     """The pages and actions, sharing one client, its monitor and the templates."""
 
-    def __init__(self, client: DurableClient, token: str | None, refresh: float) -> None:
+    def __init__(
+        self, client: DurableClient, token: str | None, refresh: float, max_age: float
+    ) -> None:
         self.client = client
-        self.token = token
+        self.init_access(token, max_age)
         self.refresh = refresh
         self.monitor = Monitor(client)
         self.store_metrics: Any = None
@@ -150,66 +155,12 @@ class _Dashboard(OnCallPages):
         env.globals["duration"] = present.duration
         env.globals["seconds"] = present.seconds
         env.globals["error_of"] = present.error_of
+        env.globals["workflow_url"] = pass_context(
+            lambda context, workflow_id, **query: workflow_url(
+                context["request"], workflow_id, **query
+            )
+        )
         self.templates = Jinja2Templates(env=env)
-
-    # -- access ------------------------------------------------------------------------------
-
-    def _authorized(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        if request.session.get("signed_in") is True:
-            return True
-        bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        return bool(bearer) and hmac.compare_digest(bearer.encode(), self.token.encode())
-
-    def guarded(self, endpoint: Endpoint) -> Endpoint:
-        """``endpoint``, refused without the token and, for a POST, from another site."""
-
-        async def run(request: Request) -> Response:
-            if self.token is not None and request.query_params.get("token"):
-                return await self.login(request)
-            if not self._authorized(request):
-                return self._login_page(request, failed=False)
-            if request.method == "POST" and not _same_origin(request):
-                return HTMLResponse("refused: a cross-site form", status_code=403)
-            try:
-                return await endpoint(request)
-            except WorkflowNotFoundError as exc:
-                return self._page(request, "error.html", {"message": str(exc)}, status_code=404)
-            except FrameworkError as exc:
-                return self._page(request, "error.html", {"message": str(exc)}, status_code=400)
-
-        return run
-
-    def _login_page(self, request: Request, *, failed: bool) -> Response:
-        """The sign-in form: nothing about the store or its workflows."""
-        context = {"failed": failed}
-        return self.templates.TemplateResponse(request, "login.html", context, status_code=401)
-
-    async def login(self, request: Request) -> Response:
-        """Take the token from ``?token=`` or the sign-in form; keep "signed in" in the
-        signed session (the token itself is never stored)."""
-        given = request.query_params.get("token", "")
-        if request.method == "POST":
-            if not _same_origin(request):
-                return HTMLResponse("refused: a cross-site form", status_code=403)
-            given = (await _form(request)).get("token", "")
-        if self.token is None or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return self._login_page(request, failed=bool(given))
-        if request.method == "POST" or request.url.path.endswith("/login"):
-            target = str(request.url_for("workflows"))
-        else:
-            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = str(request.url.replace(query=urlencode(rest)))
-        request.session.clear()
-        request.session["signed_in"] = True
-        return RedirectResponse(target, status_code=303)
-
-    async def logout(self, request: Request) -> Response:
-        """Forget the sign-in."""
-        if self.token is not None:
-            request.session.clear()
-        return RedirectResponse(request.url_for("workflows"), status_code=303)
 
     def _page(
         self, request: Request, template: str, context: dict[str, Any], status_code: int = 200
@@ -230,10 +181,16 @@ class _Dashboard(OnCallPages):
     async def workflows(self, request: Request) -> Response:
         """The list, newest first, a page at a time, with its filters; ``?id=`` finds one."""
         query = request.query_params
-        wanted = query.get("id", "").strip()
-        if wanted:
-            await self.client.get(wanted)  # WorkflowNotFoundError: a 404 page saying so
-            return RedirectResponse(request.url_for("workflow", workflow_id=wanted), 303)
+        wanted = query.get("id", "")
+        if wanted.strip():
+            try:
+                await self.client.get(wanted)
+            except WorkflowNotFoundError:
+                if wanted.strip() == wanted:
+                    raise  # a 404 page saying so
+                wanted = wanted.strip()  # pasted with a space around it
+                await self.client.get(wanted)
+            return RedirectResponse(workflow_url(request, wanted), 303)
         before = query.get("before") or None
         where = filter_of(query)
         terms = [term for term in query.get("attr", "").split(",") if term.strip()]
@@ -270,8 +227,13 @@ class _Dashboard(OnCallPages):
 
     async def workflow(self, request: Request) -> Response:
         """One workflow: its row, its steps on a timeline a page at a time (with their failed
-        tries), its attempts, parent and children; a form to send it a message."""
-        workflow_id = request.path_params["workflow_id"]
+        tries), its attempts, parent and children; a form to send it a message. A POST is
+        one of its actions (:meth:`act`)."""
+        workflow_id = request.path_params["workflow_id"] or request.query_params.get("id", "")
+        if not workflow_id:
+            return RedirectResponse(request.url_for("workflows"), 303)
+        if request.method == "POST":
+            return await self.act(request, workflow_id)
         record = await self.client.get(workflow_id)
         handle = self.client.handle(workflow_id)
         first = _index(request.query_params.get("steps", "0"))
@@ -302,24 +264,23 @@ class _Dashboard(OnCallPages):
         template = "workflow_live.html" if request.query_params.get("fragment") else "workflow.html"
         return self._page(request, template, context)
 
-    async def act(self, request: Request) -> Response:
-        """``retry``, ``cancel``, ``fork`` (from the form's ``step``) or ``send`` (the form's
-        ``topic`` and JSON ``message``) one workflow."""
-        workflow_id = request.path_params["workflow_id"]
-        action = request.path_params["action"]
+    async def act(self, request: Request, workflow_id: str) -> Response:
+        """The form's ``action`` on one workflow: ``retry``, ``cancel``, ``fork`` (from the
+        form's ``step``) or ``send`` (the form's ``topic`` and JSON ``message``)."""
+        form = await read_form(request)
+        action = form.get("action", "")
         target, extra = workflow_id, {}
         if action == "retry":
             await self.client.retry(workflow_id)
         elif action == "cancel":
             await self.client.cancel(workflow_id)
         elif action == "fork":
-            step = (await _form(request)).get("step", "")
-            if not step.isdigit():
-                raise ConfigurationError(f"fork needs a step index, got {step!r}")
+            step = form.get("step", "")
+            if not step.isdigit() or len(step) > 9:
+                raise ConfigurationError(f"fork needs a step index, got {step[:20]!r}")
             target = (await self.client.fork(workflow_id, from_step=int(step))).id
             extra = {"step": step}
         elif action == "send":
-            form = await _form(request)
             try:
                 message = json.loads(form.get("message", ""))
             except ValueError as exc:
@@ -332,9 +293,8 @@ class _Dashboard(OnCallPages):
         else:
             return HTMLResponse("no such action", status_code=404)
         codes = {"retry": "retried", "cancel": "cancelled", "fork": "forked", "send": "sent"}
-        url = request.url_for("workflow", workflow_id=target)
-        query = urlencode({"notice": codes[action], **extra})
-        return RedirectResponse(f"{url}?{query}", status_code=303)
+        url = workflow_url(request, target, notice=codes[action], **extra)
+        return RedirectResponse(url, status_code=303)
 
     async def metrics(self, request: Request) -> Response:
         """The store's figures for Prometheus (the ``[metrics]`` extra): the backlog by
@@ -366,17 +326,3 @@ async def _attributes(client: DurableClient, workflow_id: str) -> list[tuple[str
 def _index(text: str) -> int:
     """A step index from the query (0 when it is none)."""
     return int(text) if text.isdigit() and len(text) < 10 else 0
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """A URL-encoded form's fields (the dashboard posts nothing else)."""
-    fields = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
-    return {key: values[-1] for key, values in fields.items()}
-
-
-def _same_origin(request: Request) -> bool:
-    """Whether a POST comes from a page of this dashboard (its ``Origin`` is this host)."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
-    return urlsplit(origin).netloc == request.headers.get("host")

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -16,6 +16,8 @@ from ..definitions.schedules import SCHEDULE_HEADER
 from ..errors import ConfigurationError
 from ..seams.operators import Activity, WorkflowFilter, unserved
 from ..seams.records import WorkflowStatus
+from .access import read_form
+from .urls import workflow_url
 
 if TYPE_CHECKING:
     from ..caller.client import DurableClient
@@ -43,6 +45,9 @@ BULK = {
 }
 """Each bulk action: the statuses it applies to, its verb, its notice."""
 BULK_FILTERS = ("status", "name", "queue", "error", "created_after", "created_before")
+BULK_MAX = 1000
+"""The most workflows one bulk action covers: a request that ends in seconds, each batch
+counted and confirmed on its own page."""
 
 
 def _moment(text: str, what: str) -> datetime | None:
@@ -108,15 +113,24 @@ class OnCallPages:
 
     async def bulk(self, request: Request) -> Response:
         """A bulk ``retry`` or ``cancel`` of the workflows a filter covers: the GET shows how
-        many and asks to confirm; the POST does it (only to those created before the count
-        was taken) and shows how many it did."""
+        many (at most :data:`BULK_MAX` at a time) and asks to confirm; the POST, which
+        carries what the confirmation showed (the filters, the moment the count was taken,
+        how many), does it to no more than that, and shows how many it did."""
         action = request.path_params["action"]
         if action not in BULK:
             return HTMLResponse("no such action", status_code=404)
         statuses, verb, code = BULK[action]
         if request.method == "POST":
-            fields = parse_qs((await request.body()).decode("utf-8", "replace"))
-            chosen = {k: v[-1] for k, v in fields.items() if k in BULK_FILTERS and v[-1]}
+            fields = await read_form(request)
+            chosen = {k: v for k, v in fields.items() if k in BULK_FILTERS and v}
+            shown = fields.get("limit", "")
+            if "created_before" not in chosen or not shown.isdigit():
+                raise ConfigurationError(
+                    f"a bulk {action} is confirmed on its page first: it says how many it covers"
+                )
+            limit = int(shown[:6])
+            if not 1 <= limit <= BULK_MAX:
+                raise ConfigurationError(f"a bulk {action} covers 1 to {BULK_MAX} workflows")
         else:
             chosen = {k: v for k, v in request.query_params.items() if k in BULK_FILTERS and v}
             # The confirmed action covers what was counted, not what arrives meanwhile.
@@ -126,14 +140,20 @@ class OnCallPages:
         where = filter_of(chosen)
         if request.method == "GET":
             count = await self.client.count_workflows(where, statuses=statuses)
-            context = {"action": action, "verb": verb, "count": count, "chosen": chosen}
+            context = {
+                "action": action,
+                "verb": verb,
+                "count": count,
+                "limit": min(count, BULK_MAX),
+                "chosen": chosen,
+            }
             return self._page(request, "bulk.html", context)
         if action == "retry":
-            done = await self.client.retry_workflows(where)
+            done = await self.client.retry_workflows(where, limit=limit)
         else:
-            done = await self.client.cancel_workflows(where)
-        shown = {k: v for k, v in chosen.items() if k != "created_before"}
-        query = urlencode({**shown, "notice": code, "count": done})
+            done = await self.client.cancel_workflows(where, limit=limit)
+        kept = {k: v for k, v in chosen.items() if k != "created_before"}
+        query = urlencode({**kept, "notice": code, "count": done})
         return RedirectResponse(f"{request.url_for('workflows')}?{query}", status_code=303)
 
     async def workers(self, request: Request) -> Response:
@@ -171,8 +191,8 @@ class OnCallPages:
         ``schedule`` (a backfill's window: ``start`` and ``end``, read in UTC without an
         offset, and its ``overlap``)."""
         action = request.path_params["action"]
-        fields = parse_qs((await request.body()).decode("utf-8", "replace"))
-        name = (fields.get("schedule") or [""])[-1]
+        fields = await read_form(request)
+        name = fields.get("schedule", "")
         if action == "pause":
             await self.client.pause_schedule(name)
         elif action == "resume":
@@ -182,11 +202,12 @@ class OnCallPages:
             if handle is None:  # its overlap policy skipped or buffered the start
                 url = request.url_for("schedules")
                 return RedirectResponse(f"{url}?notice=trigger-held", status_code=303)
-            url = request.url_for("workflow", workflow_id=handle.id)
-            return RedirectResponse(f"{url}?notice=triggered", status_code=303)
+            return RedirectResponse(
+                workflow_url(request, handle.id, notice="triggered"), status_code=303
+            )
         elif action == "backfill":
-            start, end = (_window_end(w, (fields.get(w) or [""])[-1]) for w in ("start", "end"))
-            overlap = (fields.get("overlap") or ["allow_all"])[-1]
+            start, end = (_window_end(w, fields.get(w, "")) for w in ("start", "end"))
+            overlap = fields.get("overlap") or "allow_all"
             started = await self.client.backfill_schedule(name, start, end, overlap=overlap)
             query = urlencode({"notice": "backfilled", "count": len(started)})
             return RedirectResponse(f"{request.url_for('schedules')}?{query}", status_code=303)

@@ -13,34 +13,70 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..codec import TAG_KEY
+from ..codec.erasure import ERASED
 from ..codec.failures import load_error
+from ..codec.formats import registered_codec
+from ..errors import FrameworkError
 from ..redaction import redact
 from ..seams.records import StepRecord, StepTryRecord, WorkflowRecord
 
+MAX_SHOWN = 10_000
+"""The most characters of one value, message or traceback a page (or ``durable show``)
+shows: a megabyte of error makes no megabytes of page."""
+
+
+def cut(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text``, cut to ``limit`` characters with a note of how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def _tree(text: str) -> tuple[bool, Any]:
+    """``(True, parsed)`` for stored JSON (an encrypted value decrypted first, when this
+    process has its key); ``(False, shown)`` for text that is not JSON, is nested past what
+    can be read (``shown``: the text), is encrypted with a key it lacks or was erased
+    (``shown``: saying so)."""
+    if text.startswith("@"):
+        name, _, payload = text[1:].partition(":")
+        if name == ERASED:
+            return False, "erased"
+        codec = registered_codec(name)
+        if codec is not None and codec.seals_errors:
+            try:
+                text = codec.reveal(payload)
+            except FrameworkError:
+                return False, f"encrypted ({name}, key {payload.partition(':')[0]})"
+        elif name == "aes-gcm":
+            return False, f"encrypted ({name}, key {payload.partition(':')[0]})"
+    try:
+        return True, json.loads(text)
+    except (ValueError, RecursionError):
+        return False, text
+
 
 def show_value(text: str | None) -> str:
-    """A stored JSON value as readable Python-like text (``""`` for none)."""
+    """A stored JSON value as readable Python-like text (``""`` for none), credentials
+    masked and cut to :data:`MAX_SHOWN` characters; ``encrypted (aes-gcm, key K)`` for a
+    value encrypted under a key this process has not been given."""
     if text is None:
         return ""
-    try:
-        tree = json.loads(text)
-    except ValueError:
-        return text
-    return _show(tree, 0)
+    parsed, tree = _tree(text)
+    return cut(redact(_show(tree, 0) if parsed else tree))
 
 
 def show_arguments(text: str) -> str:
     """A workflow's or step's stored arguments (``{"args": [...], "kwargs": {...}}`` or a
-    list of positional arguments) as a call's argument list."""
-    try:
-        tree = json.loads(text)
-    except ValueError:
-        return text
+    list of positional arguments) as a call's argument list, credentials masked and cut
+    to :data:`MAX_SHOWN` characters."""
+    parsed, tree = _tree(text)
+    if not parsed:
+        return cut(redact(tree))
     if isinstance(tree, dict) and set(tree) <= {"args", "kwargs"} and tree:
         parts = [_show(v, 0) for v in tree.get("args", [])]
         parts += [f"{k}={_show(v, 0)}" for k, v in (tree.get("kwargs") or {}).items()]
-        return "(" + ", ".join(parts) + ")"
-    return _show(tree, 0)
+        return cut(redact("(" + ", ".join(parts) + ")"))
+    return cut(redact(_show(tree, 0)))
 
 
 def _show(tree: Any, depth: int) -> str:
@@ -119,13 +155,14 @@ def short_duration(delta: timedelta) -> str:
 
 def error_of(text: str | None) -> dict[str, Any] | None:
     """A stored error: its type, message, traceback and step (with no credential in its
-    text: an exception's message may carry a connection string)."""
+    text: an exception's message may carry a connection string; each cut to
+    :data:`MAX_SHOWN` characters)."""
     error = load_error(text)
     if error is None:
         return None
     for key in ("message", "traceback"):
         if isinstance(error.get(key), str):
-            error[key] = redact(error[key])
+            error[key] = cut(redact(error[key]))
     return error
 
 

@@ -1,25 +1,26 @@
 """What keeps the dashboard safe to expose: the hosts it answers, the headers every response
-carries, its signed session, and the only notices a page may show.
+carries, its session cookie's name, and the only notices a page may show.
 
-- Hosts: Starlette's ``TrustedHostMiddleware`` refuses a request whose ``Host`` is not
-  one the dashboard serves (a DNS-rebinding page reaches it under the attacker's name).
+- Hosts: :class:`TrustedHosts` refuses a request whose ``Host`` is not one the
+  dashboard serves (a DNS-rebinding page reaches it under the attacker's name); an
+  IPv6 ``Host`` (``[::1]:8484``) is read as its address.
 - Headers: a Content-Security-Policy allowing only the dashboard's own scripts, styles
   and forms, ``frame-ancestors 'none'`` with ``X-Frame-Options: DENY`` (no framing,
-  so no click-jacking), ``nosniff``, and no referrer to another site (a ``?token=``
-  never leaks).
-- Session: Starlette's ``SessionMiddleware`` (itsdangerous, signed with a key derived
-  from the token: changing the token signs everyone out) keeps "signed in", never the
-  token itself; its cookie is ``HttpOnly``, ``SameSite=Strict``, and ``Secure`` when the
-  request came over https (as uvicorn saw it, behind a proxy only when told to trust it).
+  so no click-jacking), ``nosniff``, no referrer to another site, and
+  ``Cache-Control: no-store`` on every page (a shared machine's browser cache keeps no
+  page of it), on every response: refusals and server errors included.
+- Sessions: see :mod:`.signin` (random ids kept server-side; the cookie is
+  ``HttpOnly``, ``SameSite=Strict``, and ``Secure`` when the request came over https,
+  as uvicorn saw it: behind a proxy only when told to trust it).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 
-from starlette.datastructures import MutableHeaders
-from starlette.middleware.sessions import SessionMiddleware
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConfigurationError
@@ -32,6 +33,8 @@ unknown until given)."""
 SESSION_COOKIE = "durable_dashboard_session"
 SESSION_MAX_AGE = 12 * 3600
 """Seconds a sign-in lasts."""
+NO_STORE = ("cache-control", "no-store")
+"""What every response but the static files carries: kept in no cache."""
 
 CSP = "; ".join(
     (
@@ -55,7 +58,8 @@ HEADERS = (
 
 
 class SecurityHeaders:
-    """Adds :data:`HEADERS` to every HTTP response (refusals included)."""
+    """Adds :data:`HEADERS` (and :data:`NO_STORE`, but to the static files) to every HTTP
+    response, refusals included."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -64,38 +68,65 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        own_path = scope["path"][len(scope.get("root_path", "")) :]
+        static = own_path.startswith("/static/")
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 for name, value in HEADERS:
                     headers[name] = value
+                if not static:
+                    headers[NO_STORE[0]] = NO_STORE[1]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
 
 
-def session_key(token: str) -> str:
-    """The key sessions are signed with: derived from the token, never the token."""
-    return hashlib.sha256(b"durable-dashboard-session\0" + token.encode()).hexdigest()
+async def server_error(request: Request, exc: Exception) -> Response:
+    """The answer to a bug (an unexpected exception): nothing of it shown, every header of
+    :data:`HEADERS` carried (Starlette's own error page is sent outside the middleware)."""
+    return PlainTextResponse(
+        "Internal Server Error", status_code=500, headers=dict([*HEADERS, NO_STORE])
+    )
 
 
-class Sessions:
-    """Starlette's ``SessionMiddleware``, its cookie ``Secure`` on requests made over https."""
+def host_name(header: str) -> str:
+    """The name or address in a ``Host`` header, without its port (``[::1]:8484``:
+    ``::1``), lowercased."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
 
-    def __init__(self, app: ASGIApp, token: str, max_age: int = SESSION_MAX_AGE) -> None:
-        options = {
-            "secret_key": session_key(token),
-            "session_cookie": SESSION_COOKIE,
-            "max_age": max_age,
-            "same_site": "strict",
-        }
-        self.plain = SessionMiddleware(app, **options)  # type: ignore[arg-type]
-        self.secure = SessionMiddleware(app, https_only=True, **options)  # type: ignore[arg-type]
+
+def host_matches(name: str, pattern: str) -> bool:
+    """Whether the host ``name`` is ``pattern`` (``*``: any; ``*.example.com``: a name
+    under it)."""
+    pattern = pattern.lower().strip("[]")
+    if pattern == "*" or name == pattern:
+        return True
+    return pattern.startswith("*.") and name.endswith(pattern[1:])
+
+
+class TrustedHosts:
+    """Answers only requests whose ``Host`` matches one of ``allowed_hosts`` (Starlette's
+    ``TrustedHostMiddleware`` reads an IPv6 ``Host`` as ``[``, refusing its own
+    ``[::1]``)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = list(allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        over_https = scope.get("scheme") in ("https", "wss")
-        await (self.secure if over_https else self.plain)(scope, receive, send)
+        if scope["type"] in ("http", "websocket"):
+            name = host_name(Headers(scope=scope).get("host", ""))
+            if not any(host_matches(name, pattern) for pattern in self.allowed):
+                await PlainTextResponse("Invalid host header", status_code=400)(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
 
 
 def allowed_hosts(bind: str, given: Iterable[str] = ()) -> list[str]:

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from ..errors import ConfigurationError
 from ..redaction import get_logger
 from ..seams.store import Store
+from .signin import check_token
 
 logger = get_logger("durable_core.dashboard")
 
-EXTRA = ("starlette", "uvicorn", "jinja2", "itsdangerous")
+EXTRA = ("starlette", "uvicorn", "jinja2")
 """The modules the ``[dashboard]`` extra installs."""
 
 
@@ -40,6 +41,7 @@ def check_serving(host: str, token: str | None, allowed: Sequence[str] = ()) -> 
         raise ConfigurationError(
             f"the dashboard needs {', '.join(missing)}: pip install 'durable-core[dashboard]'"
         )
+    check_token(token, "--token (or $DURABLE_DASHBOARD_TOKEN)")
     if token is None and not is_loopback(host):
         raise ConfigurationError(
             f"the dashboard listens on {host}, beyond this machine: give it a --token "
@@ -52,7 +54,9 @@ def check_serving(host: str, token: str | None, allowed: Sequence[str] = ()) -> 
 
 def listening_socket(host: str, port: int, what: str) -> socket.socket:
     """A socket listening on ``host:port``; :class:`ConfigurationError` in one line when
-    it cannot be had (the port is taken, the host is not this machine's)."""
+    it cannot be had (the port is taken or out of range, the host is not this machine's)."""
+    if not 0 <= port <= 65535:  # getaddrinfo would take it modulo 65536
+        raise ConfigurationError(f"cannot serve {what} on port {port}: ports are 0 to 65535")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -107,8 +111,8 @@ async def serve(
     logger.info(
         "dashboard of %s on http://%s:%s/ (hosts: %s)",
         store.description,
-        host,
-        port,
+        f"[{host}]" if ":" in host else host,
+        sock.getsockname()[1],
         ", ".join(hosts),
     )
     try:

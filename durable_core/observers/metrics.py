@@ -265,6 +265,14 @@ class StoreReading:
     ended: dict[tuple[str, str], int] | None = None
 
 
+MAX_QUEUE_LABELS = 100
+"""The most queues a family of the store's figures names: queue names are the callers'
+(``with_options(queue=...)``), and each name is a time series of its own; the rest are
+added up under :data:`OTHER_QUEUES`."""
+OTHER_QUEUES = "(other)"
+"""The ``queue`` label of the queues past :data:`MAX_QUEUE_LABELS` (the smallest)."""
+
+
 @dataclass
 class StoreMetrics:
     """What the store holds, read when scraped: :meth:`read` (on the store's event loop),
@@ -321,11 +329,23 @@ class StoreMetrics:
             "How long the longest-due pending workflow has been due (0: none is due yet).",
             labels=["queue", "workflow"],
         )
+        sizes: dict[str, int] = {}
         for row in reading.backlog:
-            counts.add_metric([row.queue, row.name, row.status.value], row.count)
+            sizes[row.queue] = sizes.get(row.queue, 0) + row.count
+        named = set(sorted(sizes, key=lambda q: (-sizes[q], q))[:MAX_QUEUE_LABELS])
+        counted: dict[tuple[str, str, str], int] = {}
+        ages: dict[tuple[str, str], float] = {}
+        for row in reading.backlog:
+            queue = row.queue if row.queue in named else OTHER_QUEUES
+            key = (queue, row.name, row.status.value)
+            counted[key] = counted.get(key, 0) + row.count
             if row.status is WorkflowStatus.PENDING:
-                age = (reading.at - row.oldest).total_seconds()
-                oldest.add_metric([row.queue, row.name], max(0.0, age))
+                age = max(0.0, (reading.at - row.oldest).total_seconds())
+                ages[queue, row.name] = max(age, ages.get((queue, row.name), 0.0))
+        for labels, n in counted.items():
+            counts.add_metric(list(labels), n)
+        for pair, age in ages.items():
+            oldest.add_metric(list(pair), age)
         families: list[Metric] = [up, counts, oldest]
         if reading.ended is not None:
             ended = CounterMetricFamily(
@@ -334,10 +354,22 @@ class StoreMetrics:
                 "process began to read it.",
                 labels=["queue", "outcome"],
             )
-            for (queue, outcome), n in sorted(reading.ended.items()):
+            for (queue, outcome), n in sorted(_fold(reading.ended, named).items()):
                 ended.add_metric([queue, outcome], n)
             families.append(ended)
         return families
+
+
+def _fold(counts: dict[tuple[str, str], int], named: set[str]) -> dict[tuple[str, str], int]:
+    """``counts`` by (queue, outcome), a queue not ``named`` (nor among the first
+    :data:`MAX_QUEUE_LABELS` of its own) counted under :data:`OTHER_QUEUES`."""
+    extra = sorted({q for q, _ in counts} - named)[: max(MAX_QUEUE_LABELS - len(named), 0)]
+    keep = named | set(extra)
+    folded: dict[tuple[str, str], int] = {}
+    for (queue, outcome), n in counts.items():
+        key = (queue if queue in keep else OTHER_QUEUES, outcome)
+        folded[key] = folded.get(key, 0) + n
+    return folded
 
 
 class _Families:

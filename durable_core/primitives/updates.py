@@ -27,6 +27,7 @@ import anyio
 
 from .. import durations
 from ..codec import decode, encode
+from ..codec.failures import dump_error, load_error
 from ..errors import (
     ConfigurationError,
     FrameworkError,
@@ -101,7 +102,7 @@ async def recv_update(
             validate(decode(payload, what=what))
         except Exception as exc:
             kind = type(exc)
-            return json.dumps(
+            return dump_error(
                 {"type": f"{kind.__module__}.{kind.__qualname__}", "message": str(exc)}
             )
         return None
@@ -151,7 +152,7 @@ async def update(
                 assert record.reply is not None
                 return decode(record.reply, what=f"reply to update {name!r} of {workflow_id}")
             if record.status is UpdateStatus.REJECTED:
-                error = json.loads(record.error or "{}")
+                error = load_error(record.error) or {}
                 raise UpdateRejectedError(
                     f"workflow {workflow_id} rejected update {name!r} ({update_id}): "
                     f"{error.get('type', 'error')}: {error.get('message', '')}"

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import AttributesNotSupportedError, ConfigurationError
-from .records import Lease, WorkflowRecord, WorkflowStatus
+from .records import Lease, WorkflowRecord, WorkflowStatus, check_storable
 
 AttributeValue = str | int | float | bool
 """What an attribute holds: text, a number or a bool."""
@@ -98,6 +98,7 @@ def check_value(name: str, value: Any) -> AttributeValue:
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
+        check_storable(f"attribute {name!r}", value)
         if len(value) > MAX_TEXT:
             raise ConfigurationError(
                 f"attribute {name!r}: a text value is at most {MAX_TEXT} characters, "

@@ -70,9 +70,29 @@ RESERVED_TOPICS = "durable."
 compensations is a message on ``durable.cancel``): no caller sends or receives on them."""
 
 
+def check_storable(what: str, text: str) -> str:
+    """``text`` if every backend keeps it exactly; else a
+    :class:`~durable_core.errors.ConfigurationError` naming ``what``: a NUL character
+    (PostgreSQL's text refuses it) or a lone surrogate (UTF-8 cannot carry it)."""
+    if "\x00" in text:
+        raise ConfigurationError(f"{what} holds a NUL character (\\x00), which is not stored")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigurationError(
+                f"{what} holds a lone surrogate, which UTF-8 (and so the database) cannot "
+                f"carry: {text[:80]!r}"
+            ) from None
+    return text
+
+
 def check_topic(topic: str) -> str:
     """``topic``, if a caller may send or receive on it; else a
     :class:`~durable_core.errors.ConfigurationError` naming why."""
+    if not isinstance(topic, str):
+        raise ConfigurationError(f"a topic is a str, got {type(topic).__name__}")
+    check_storable("a topic", topic)
     if len(topic) > MAX_TOPIC:
         raise ConfigurationError(f"a topic is at most {MAX_TOPIC} characters, got {len(topic)}")
     if topic.startswith(RESERVED_TOPICS):

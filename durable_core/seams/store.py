@@ -56,6 +56,7 @@ __all__ = [
     "Compensations",
     "Debouncer",
     "EmbeddedDatabase",
+    "Erasure",
     "Lifecycle",
     "OperatorQueries",
     "RunStore",
@@ -206,6 +207,17 @@ class WorkerLiveness(Protocol):
         """Mark gone each worker whose liveness session has ended and end now the leases it
         held, so the next claim takes its workflows over (with one more attempt, their late
         writes fenced): how many leases each had, by worker id."""
+        ...
+
+
+@runtime_checkable
+class Erasure(Protocol):
+    """A store that erases a settled workflow's payloads, keeping its row and history
+    (``durable erase``; see :mod:`durable_core.sql.erasure` for what is replaced)."""
+
+    async def erase_workflow(self, workflow_id: str) -> int:
+        """Replace the settled workflow's payloads with tombstones and delete its
+        attributes; how many values were erased."""
         ...
 
 

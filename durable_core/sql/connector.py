@@ -102,6 +102,8 @@ def classify_sqlalchemy(exc: BaseException) -> Failure | None:
         return Failure.REFUSED
     if isinstance(exc, sa.exc.IntegrityError) and any(marker in text for marker in _DUPLICATE):
         return Failure.DUPLICATE
+    if isinstance(exc, sa.exc.DataError):
+        return Failure.INVALID
     if isinstance(exc, OSError | TimeoutError | sa.exc.InterfaceError | sa.exc.TimeoutError):
         return Failure.UNAVAILABLE
     if isinstance(exc, sa.exc.DBAPIError) and (

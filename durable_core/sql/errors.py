@@ -15,6 +15,7 @@ from ..errors import (
     SchemaOutdatedError,
     StoreError,
     StoreUnavailableError,
+    ValueRefusedError,
 )
 from ..seams.records import Lease
 
@@ -33,6 +34,9 @@ class Failure(enum.Enum):
     """The server answered but refused this client (credentials, unknown database)."""
     DUPLICATE = "duplicate"
     """A row with that key exists."""
+    INVALID = "invalid"
+    """The server refused a value the column cannot hold (a NUL in text, text too long, a
+    number out of range): bad input, never worth retrying."""
     OTHER = "other"
 
 
@@ -42,7 +46,8 @@ def describe(exc: BaseException) -> str:
 
 
 def store_error(failure: Failure, exc: BaseException, *, operation: str, store: str) -> StoreError:
-    """The error a user sees when ``operation`` on ``store`` failed with ``exc``."""
+    """The error a user sees when ``operation`` on ``store`` failed with ``exc`` (a refused
+    value is bad input: a :class:`ValueRefusedError`, which nothing retries)."""
     text = describe(exc)
     if failure is Failure.SCHEMA_MISSING:
         return SchemaMissingError(
@@ -56,6 +61,8 @@ def store_error(failure: Failure, exc: BaseException, *, operation: str, store: 
             f"{operation} on {store}: rolled back by a conflict with another transaction, "
             f"nothing written: {text}"
         )
+    if failure is Failure.INVALID:
+        return ValueRefusedError(f"{operation} on {store}: the database refused a value: {text}")
     if failure is Failure.REFUSED:
         return StoreError(
             f"{operation} on {store}: the server refused the connection "

@@ -1,7 +1,8 @@
 """Starting a workflow at most once: the rule for a start that repeats an existing id.
 
 A start under an id that exists already is the same start again, and writes
-nothing, when it names the same workflow with the same input; otherwise it is a
+nothing, when it names the same workflow with the same input (the same values: an
+encrypting codec writes the same input as another text each time); otherwise it is a
 conflict and the whole batch is refused.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..codec.formats import same_stored
 from ..errors import WorkflowConflictError
 from ..seams.records import NewWorkflow
 from .connector import Row
@@ -36,7 +38,7 @@ def check_repeats(rows: Sequence[NewWorkflow], existing: Sequence[Row]) -> None:
                 f"workflow id {row.id!r} is taken by workflow {old['name']}; "
                 f"cannot start {row.name} under it"
             )
-        if old["input"] != row.input:
+        if old["input"] != row.input and not same_stored(old["input"], row.input):
             raise WorkflowConflictError(
                 f"workflow {row.name} {row.id!r} was started with arguments {old['input']}; "
                 f"cannot start it again with {row.input}"

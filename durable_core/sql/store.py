@@ -33,6 +33,7 @@ from .attributes import AttributeOperations
 from .compensation import CompensationOperations
 from .connector import Params
 from .debounce import DebounceOperations
+from .erasure import ErasureOperations
 from .operators import OperatorOperations
 from .reading import ReadOperations
 from .rows import claimed_from_row
@@ -46,6 +47,7 @@ from .workers import WorkerOperations
 
 
 class SQLStore(
+    ErasureOperations,
     CompensationOperations,
     WaitingOperations,
     StreamOperations,

@@ -20,6 +20,7 @@ from ..seams.records import (
     Lease,
     Wait,
     WaitKind,
+    check_topic,
     soonest_deadline,
     waiting_for_all,
 )
@@ -187,6 +188,7 @@ class WaitingOperations(SQLStoreBase):
     async def _check_message(
         self, workflow_id: str, topic: str, payload: str, message_id: str
     ) -> None:
+        check_topic(topic)
         await self.check_values(f"send to workflow {workflow_id}", payload, topic)
         for what, value, most in (("idempotency key", message_id, 64), ("topic", topic, MAX_TOPIC)):
             if len(value) > most:

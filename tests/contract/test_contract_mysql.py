@@ -10,6 +10,7 @@ from durable_core.contract import (
     AttributesContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
     NoClaimerContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -55,5 +56,6 @@ class TestMySQLStore(
     AttributesContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
 ):
     pass

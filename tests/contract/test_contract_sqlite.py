@@ -11,6 +11,7 @@ from durable_core.contract import (
     AttributesContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
     NoClaimerContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -51,5 +52,6 @@ class TestSQLiteStore(
     AttributesContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
 ):
     pass

@@ -12,6 +12,7 @@ from durable_core.contract import (
     ClaimerContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
     LivenessContract,
     ScheduleOverlapContract,
     StoreContract,
@@ -88,6 +89,7 @@ class TestPostgresStore(
     ScheduleOverlapContract,
     CompensationContract,
     DebounceContract,
+    ErasureContract,
     AttributesContract,
     LivenessContract,
 ):
