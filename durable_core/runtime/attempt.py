@@ -449,35 +449,33 @@ class Attempt(Waits, Effects, Sagas):
         stopped as anyio cancels it; elsewhere :class:`LeaseLostError` is raised. Tasks a
         driver creates meanwhile are no branches of the body (a replay makes no write)."""
         branch = branch_var.get()
-        if branch is None:
-            return await self._persist(operation)
-        branch.quiet += 1
+        if branch is not None:
+            branch.quiet += 1
         try:
-            return await self._persist(operation)
-        finally:
-            branch.quiet -= 1
-
-    async def _persist(self, operation: Callable[[], Awaitable[T]]) -> T:
-        delay = 0.05
-        while True:
-            if self.ending is Ending.LEASE_LOST:
-                raise LeaseLostError(
-                    f"worker {self.lease.worker_id} lost the lease on workflow {self.claimed.id}"
-                )
-            try:
-                return await operation()
-            except StoreUnavailableError as exc:
-                if time.monotonic() + delay >= self.lease_deadline:
+            delay = 0.05
+            while True:
+                if self.ending is Ending.LEASE_LOST:
+                    raise LeaseLostError(
+                        f"worker {self.lease.worker_id} lost the lease on workflow "
+                        f"{self.claimed.id}"
+                    )
+                try:
+                    return await operation()
+                except StoreUnavailableError as exc:
+                    if time.monotonic() + delay >= self.lease_deadline:
+                        raise
+                    logger.warning(
+                        "store unavailable, retrying in %.2fs: %s", delay, exc, extra=self.fields
+                    )
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, _MAX_STORE_BACKOFF)
+                except LeaseLostError:
+                    self.end(Ending.LEASE_LOST)
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     raise
-                logger.warning(
-                    "store unavailable, retrying in %.2fs: %s", delay, exc, extra=self.fields
-                )
-                await anyio.sleep(delay)
-                delay = min(delay * 2, _MAX_STORE_BACKOFF)
-            except LeaseLostError:
-                self.end(Ending.LEASE_LOST)
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                raise
+        finally:
+            if branch is not None:
+                branch.quiet -= 1
 
     async def renew(self, keeper: Keeper) -> None:
         """Renew the lease once; on its loss, end the attempt. Then schedule the next renewal."""

@@ -100,8 +100,9 @@ class Journal:
         """``name (id)`` of the workflow, for errors."""
         self._by_path: dict[str, StepRecord] = {}
         self._next_index = 0
-        self._unvisited: dict[str, set[int]] = {}
-        """Recorded numbered calls not yet made again, by branch prefix."""
+        self._numbered: dict[str, set[int]] = {}
+        """The numbers of the recorded calls, by branch prefix (a branch makes its calls in
+        order, so those below its count of calls it has made again)."""
         self._left: list[str] = []
         """Recorded calls this run can no longer reach (see :meth:`_branch_ended`)."""
         for step in steps:
@@ -114,7 +115,7 @@ class Journal:
             if where is None:
                 self._left.append(path)  # recorded under a numbering this code has not
             else:
-                self._unvisited.setdefault(where[0], set()).add(where[1])
+                self._numbered.setdefault(where[0], set()).add(where[1])
         self._root: Branch | None = None
         self._branches: dict[asyncio.Future[Any], Branch] = {}
         """The live tasks of the body that are branches (not its own task)."""
@@ -166,15 +167,16 @@ class Journal:
     def _branch_ended(self, branch: Branch) -> None:
         """``branch`` returned or raised: the calls recorded under its name that it did not
         make, and those of the branches it did not start, can no longer be reached."""
-        if not self._unvisited:
-            return
-        prefix, spawned = branch.prefix, branch.spawned
-        for owner, numbers in self._unvisited.items():
-            if not numbers or not owner.startswith(prefix):
+        prefix, calls, spawned = branch.prefix, branch.calls, branch.spawned
+        for owner, numbers in self._numbered.items():
+            if not owner.startswith(prefix):
                 continue
-            if owner != prefix and int(owner[len(prefix) :].split(":", 1)[0]) < spawned:
-                continue  # a branch it started: that one answers for its calls
-            self._left.append(f"{owner}{min(numbers)}")
+            if owner == prefix:
+                left = [n for n in numbers if n >= calls]
+                if left:
+                    self._left.append(f"{owner}{min(left)}")
+            elif int(owner[len(prefix) :].split(":", 1)[0]) >= spawned:
+                self._left.append(f"{owner}{min(numbers)}")  # a branch it did not start
 
     def _here(self, name: str) -> Branch:
         """The branch of the running task."""
@@ -212,14 +214,15 @@ class Journal:
 
         A new call while recorded calls can no longer be reached raises
         :class:`~durable_core.errors.HistoryDivergedError`."""
-        branch: Branch | None
+        branch = branch_var.get()
         if at is None:
-            branch = self._here(name)
+            if branch is None or branch.journal is not self or branch.task is not current_task():
+                branch = self._here(name)  # raises
             place = branch.calls
             branch.calls = place + 1
             path = f"{branch.prefix}{place}" if branch.prefix else str(place)
         else:
-            branch, place, path = branch_var.get(), -1, at
+            path = at
         recorded = self._by_path.get(path)
         if recorded is None:
             if self._left:
@@ -228,10 +231,6 @@ class Journal:
             self._next_index += 1
             return Call(index, path, name, None, branch)
         self.found += 1
-        if place >= 0 and branch is not None:
-            numbers = self._unvisited.get(branch.prefix)
-            if numbers is not None:
-                numbers.discard(place)
         return Call(recorded.step_index, path, name, recorded, branch)
 
     def returned(self) -> None:
