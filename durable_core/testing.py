@@ -21,16 +21,19 @@ workflow that sleeps three days completes at once (Temporal's time skipping).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
 
 from . import durations
 from .caller.handle import WorkflowHandle
 from .definitions.registry import Registry
 from .durations import utcnow
 from .errors import InvalidStateError, WorkflowNotFoundError
+from .primitives.updates import update
 from .runtime.config import WorkflowConfig
 from .runtime.executor import Executor
 from .seams.records import (
@@ -43,6 +46,11 @@ from .seams.store import Store
 from .sql.repeats import check_repeats, unique_starts
 
 _PAGE = 1000
+_CALLER_WAITS = ("message:", "update:")
+"""What a workflow waiting for these waits on is the caller's to send (not the clock)."""
+_YIELD_SECONDS = 0.01
+
+T = TypeVar("T")
 
 
 class TestClock:
@@ -142,6 +150,70 @@ class WorkflowRunner:
                 )
             record = await handle.info()
         return record.status
+
+    async def run_during(self, workflow: WorkflowHandle[Any] | str, call: Awaitable[T]) -> T:
+        """Await ``call`` (an update, a ``get_event``, a caller's wait) while running the
+        workflow, and what it waits on, the way a worker would; return ``call``'s result.
+
+        The workflow runs whenever it can: a message or an update ``call`` sends wakes
+        it, its children run, and a wait with a deadline (a ``sleep``, a retry's backoff)
+        is skipped on the runner's clock. A wait for a message or an update is left to
+        ``call`` to end. An error of ``call``'s is raised here; once ``call`` is done the
+        workflow is left as it is (``run_until_complete`` runs the rest).
+        """
+        handle = self._handle(workflow)
+        done: list[T] = []
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def calling() -> None:
+                    done.append(await call)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(calling)
+                await self._run_alongside(handle)
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None  # the call's own error, as it raised it
+            raise
+        return done[0]
+
+    async def _run_alongside(self, handle: WorkflowHandle[Any]) -> None:
+        """Run ``handle``'s workflow whenever it can, until cancelled."""
+        while True:
+            record = await handle.info()
+            if record.status is WorkflowStatus.PENDING:
+                await self.run_once(handle)
+                continue
+            if record.status is WorkflowStatus.WAITING:
+                if await self.drain():
+                    continue
+                waits_for_caller = (record.waiting_for or "").startswith(_CALLER_WAITS)
+                if not waits_for_caller and await self._skip_time():
+                    continue
+            await anyio.sleep(_YIELD_SECONDS)  # the caller's turn (it may be polling)
+
+    async def update(
+        self,
+        workflow: WorkflowHandle[Any] | str,
+        name: str,
+        payload: Any = None,
+        *,
+        update_id: str | None = None,
+    ) -> Any:
+        """Send the update ``name`` with ``payload`` and run the workflow until it answers;
+        return the reply (see :meth:`run_during`). Raises what
+        :meth:`~durable_core.DurableClient.update` raises:
+        :class:`~durable_core.errors.UpdateRejectedError` when its validator refuses it,
+        :class:`~durable_core.errors.UpdateNotHandledError` when the workflow ends first."""
+        handle = self._handle(workflow)
+        request = update(self.store, handle.id, name, payload, update_id=update_id)
+        return await self.run_during(handle, request)
+
+    def _handle(self, workflow: WorkflowHandle[Any] | str) -> WorkflowHandle[Any]:
+        if isinstance(workflow, WorkflowHandle):
+            return workflow
+        return WorkflowHandle(self.store, workflow)
 
     async def _runnable(self, *, due_only: bool) -> list[WorkflowRecord]:
         now = self.clock.now()
