@@ -65,7 +65,10 @@ def _require(fixture: str, backend: str) -> None:
     try:
         driver.require()
     except ConfigurationError as exc:
-        pytest.fail(f"the {fixture} fixture: {exc}", pytrace=False)
+        missing = str(exc)
+    else:
+        return
+    pytest.fail(f"the {fixture} fixture: {missing}", pytrace=False)
 
 
 @pytest.fixture
