@@ -158,8 +158,9 @@ class WorkflowRunner:
         The workflow runs whenever it can: a message or an update ``call`` sends wakes
         it, its children run, and a wait with a deadline (a ``sleep``, a retry's backoff)
         is skipped on the runner's clock. A wait for a message or an update is left to
-        ``call`` to end. An error of ``call``'s is raised here; once ``call`` is done the
-        workflow is left as it is (``run_until_complete`` runs the rest).
+        ``call`` to end. An error of ``call``'s is raised here. Once ``call`` is done the
+        runner stops (the workflow may have gone on past what ``call`` waited for);
+        ``run_until_complete`` runs the rest.
         """
         handle = self._handle(workflow)
         done: list[T] = []
