@@ -308,3 +308,6 @@ class InMemoryCallerStore:
 
     async def get_event(self, workflow_id: str, key: str) -> str | None:
         return self.events.get((workflow_id, key))
+
+
+__all__ = ["InMemoryCallerStore", "TestClock", "WorkflowRunner"]
