@@ -163,36 +163,40 @@ class WorkflowRunner:
         ``run_until_complete`` runs the rest.
         """
         handle = self._handle(workflow)
-        done: list[T] = []
-        try:
-            async with anyio.create_task_group() as group:
+        done = anyio.Event()
+        outcome: list[T] = []
+        failure: list[Exception] = []
 
-                async def calling() -> None:
-                    done.append(await call)
-                    group.cancel_scope.cancel()
+        async def calling() -> None:
+            try:
+                outcome.append(await call)
+            except Exception as exc:  # raised below, once the runner has stopped between runs
+                failure.append(exc)
+            finally:
+                done.set()
 
-                group.start_soon(calling)
-                await self._run_alongside(handle)
-        except BaseExceptionGroup as group:
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None  # the call's own error, as it raised it
-            raise
-        return done[0]
+        async with anyio.create_task_group() as group:
+            group.start_soon(calling)
+            while not done.is_set():  # never cancelled in the middle of an attempt
+                if not await self._run_alongside_once(handle):
+                    with anyio.move_on_after(_YIELD_SECONDS):
+                        await done.wait()  # the caller's turn (it may be polling)
+        if failure:
+            raise failure[0]
+        return outcome[0]
 
-    async def _run_alongside(self, handle: WorkflowHandle[Any]) -> None:
-        """Run ``handle``'s workflow whenever it can, until cancelled."""
-        while True:
-            record = await handle.info()
-            if record.status is WorkflowStatus.PENDING:
-                await self.run_once(handle)
-                continue
-            if record.status is WorkflowStatus.WAITING:
-                if await self.drain():
-                    continue
-                waits_for_caller = (record.waiting_for or "").startswith(_CALLER_WAITS)
-                if not waits_for_caller and await self._skip_time():
-                    continue
-            await anyio.sleep(_YIELD_SECONDS)  # the caller's turn (it may be polling)
+    async def _run_alongside_once(self, handle: WorkflowHandle[Any]) -> bool:
+        """Run ``handle``'s workflow, or what it waits on, once if it can; whether it did."""
+        record = await handle.info()
+        if record.status is WorkflowStatus.PENDING:
+            await self.run_once(handle)
+            return True
+        if record.status is not WorkflowStatus.WAITING:
+            return False
+        if await self.drain():
+            return True
+        waits_for_caller = (record.waiting_for or "").startswith(_CALLER_WAITS)
+        return not waits_for_caller and await self._skip_time()
 
     async def update(
         self,

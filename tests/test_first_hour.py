@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import anyio
 import pytest
 
 import durable_core
@@ -185,3 +186,28 @@ async def test_the_runner_runs_a_workflow_while_a_caller_waits_for_its_event(
     assert await runner.run_during(handle, handle.get_event("ready", timeout=600)) is True
     assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
     assert runner.clock.offset.total_seconds() > 86400  # the sleeps were skipped
+
+
+STEP_STARTED: list[anyio.Event] = []
+
+
+@workflow_step
+async def slow_step() -> str:
+    STEP_STARTED[0].set()
+    await anyio.sleep(0.2)
+    return "done"
+
+
+@workflow
+async def slow() -> str:
+    return await slow_step()
+
+
+async def test_a_call_that_ends_mid_attempt_does_not_cut_the_attempt_short(
+    sqlite_store: SQLiteStore,
+) -> None:
+    STEP_STARTED[:] = [anyio.Event()]
+    handle = await DurableClient(sqlite_store).start_workflow(slow)
+    runner = WorkflowRunner(sqlite_store)
+    await runner.run_during(handle, STEP_STARTED[0].wait())  # done while the step runs
+    assert await handle.status() is WorkflowStatus.SUCCEEDED  # the attempt ran to its end
