@@ -150,7 +150,7 @@ async def expense(limit: int) -> int:
     await sleep(3600)  # the runner's clock skips it
     req = await recv_update("approve", validate=positive)
     assert req is not None
-    approved = min(req.payload, limit)
+    approved = min(int(req.payload), limit)
     await req.reply({"approved": approved})
     return approved
 
