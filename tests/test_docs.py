@@ -132,3 +132,20 @@ def test_the_first_tutorial_links_its_terms_to_the_glossary() -> None:
     for term in ("workflow", "step", "attempt", "replay", "worker", "group-commit",
                  "running-step-row", "patch-marker", "determinism-error", "store"):  # fmt: skip
         assert term in linked, f"the first tutorial does not link {term!r} to the glossary"
+
+
+def test_the_diagrams_render_in_a_browser(site: Path) -> None:
+    """Mermaid parses each diagram (the strict build cannot): Chromium renders the page, and
+    every ``<pre class="mermaid">`` has become a drawn ``<div class="mermaid">``."""
+    page = site / "explanation" / "how-it-works" / "index.html"
+    done = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Parse error" not in done.stderr and "Syntax error" not in done.stdout
+    assert done.stdout.count('<div class="mermaid">') == 2
+    assert '<pre class="mermaid">' not in done.stdout
