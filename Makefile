@@ -13,7 +13,19 @@ $(VENV)/.installed: pyproject.toml tests/example_store_plugin/pyproject.toml
 
 install: $(VENV)/.installed
 
-quickstart: install
+# The quick start installs only what it runs: the core, asyncpg and the embedded PostgreSQL
+# (nothing when `make install` has already put the whole dev extra in).
+$(VENV)/.quickstart: pyproject.toml
+	@if [ -f $(VENV)/.installed ] && [ $(VENV)/.installed -nt pyproject.toml ]; then :; else \
+		echo "make quickstart: installing durable-core[embedded] (the core, asyncpg and" \
+			"pgserver, an embedded PostgreSQL) into $(VENV)"; \
+		[ -x $(PY) ] || $(PYTHON) -m venv $(VENV); \
+		$(PY) -m pip install --quiet -e '.[embedded]' 2> $(VENV)/quickstart-pip.log \
+			|| { cat $(VENV)/quickstart-pip.log; exit 1; }; \
+	fi
+	@touch $@
+
+quickstart: $(VENV)/.quickstart
 	$(PY) -m examples.quickstart
 
 lint: install

@@ -19,6 +19,9 @@ The package, bottom to top (each part imports only those before it):
 - ``observers``, ``cli``, ``dashboard``, ``contract``, ``testing``: built on the rest.
 """
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
 from . import _moved
 from .caller.backends import open_store, store_from_url
 from .caller.client import (
@@ -241,5 +244,11 @@ __all__ = [
     "workflow_step",
     "write_stream",
 ]
+
+try:
+    __version__: str = _version("durable-core")
+    """The installed distribution's version (``durable --version`` prints it too)."""
+except _PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 _moved.install()

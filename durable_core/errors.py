@@ -100,9 +100,20 @@ class ErasedValueError(SerializationError):
     it, gets this error."""
 
 
+DETERMINISM_HINT = (
+    " (A body that reads the clock, draws random numbers or branches on what it reads "
+    "outside a step replays differently: use durable_core.now() and durable_core.random(), "
+    "which replay what they first returned, or do it in a step. A deployed change of "
+    "code: guard it with patched(); see Troubleshooting in the docs.)"
+)
+"""What every :class:`DeterminismError`'s message ends with."""
+
+
 class DeterminismError(FrameworkError):
     """A replay broke the determinism contract: at step ``index`` (``path`` in a concurrent
-    body) the body called ``called`` where its history holds ``recorded``."""
+    body) the body called ``called`` where its history holds ``recorded``.
+
+    Its message ends with :data:`DETERMINISM_HINT`: the usual causes and their cure."""
 
     retryable = False
 
@@ -115,7 +126,8 @@ class DeterminismError(FrameworkError):
         recorded: str | None = None,
         called: str | None = None,
     ) -> None:
-        super().__init__(message)
+        hinted = message.endswith(DETERMINISM_HINT)
+        super().__init__(message if hinted else message + DETERMINISM_HINT)
         self.index = index
         self.path = path
         self.recorded = recorded
@@ -210,9 +222,10 @@ class ClaimNotSupportedError(FrameworkError):
         return cls(
             f"{description} cannot claim workflows: the worker needs PostgreSQL, whose "
             "`FOR UPDATE SKIP LOCKED` lets several workers share a queue safely. Set "
-            "DURABLE_DATABASE_URL (or pass --database-url) to a postgresql:// URL, or leave "
-            "it unset to run against the embedded PostgreSQL. This store still enqueues, "
-            "reads, and runs workflows in-process with durable_core.testing.WorkflowRunner."
+            "DURABLE_DATABASE_URL (or pass --database-url) to a postgresql:// URL, or run "
+            "`durable worker --embedded` for local use (pip install 'durable-core[embedded]'). "
+            "This store still enqueues, reads, and runs workflows in-process with "
+            "durable_core.testing.WorkflowRunner."
         )
 
 

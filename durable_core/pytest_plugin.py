@@ -20,6 +20,7 @@ The async fixtures run on anyio's pytest plugin; mark async tests ``@pytest.mark
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -54,12 +55,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("durable_app", type="args", help="modules the durable_worker fixture runs")
 
 
+def _require(fixture: str, backend: str) -> None:
+    """Fail the test in one line naming the extra to install when ``backend``'s driver is
+    missing (instead of a ``ModuleNotFoundError`` from deep in the driver's import)."""
+    from .caller.backends import Driver
+    from .errors import ConfigurationError
+
+    driver: Driver = importlib.import_module(f"{backend}.plugin").DRIVER
+    try:
+        driver.require()
+    except ConfigurationError as exc:
+        missing = str(exc)
+    else:
+        return
+    pytest.fail(f"the {fixture} fixture: {missing}", pytrace=False)
+
+
 @pytest.fixture
 async def durable_sqlite_store(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, anyio_backend: object
 ) -> AsyncIterator[Store]:
     """A fresh SQLite database (``durable.db`` in ``tmp_path``) with the schema applied: a
-    copy of one the session migrated once."""
+    copy of one the session migrated once. Needs the ``[sqlite]`` extra."""
+    _require("durable_sqlite_store", "durable_sqlite")
     from durable_sqlite import SQLiteStore
 
     path = tmp_path / "durable.db"
@@ -111,7 +129,9 @@ def durable_postgres_url(pytestconfig: pytest.Config) -> str:
 async def durable_postgres_store(
     durable_postgres_url: str, anyio_backend: object
 ) -> AsyncIterator[Store]:
-    """A store on the test PostgreSQL database, migrated and holding no workflows."""
+    """A store on the test PostgreSQL database, migrated and holding no workflows. Needs
+    the ``[postgres]`` extra."""
+    _require("durable_postgres_store", "durable_postgres")
     import asyncpg
 
     from durable_postgres import PostgresStore

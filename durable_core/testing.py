@@ -21,16 +21,19 @@ workflow that sleeps three days completes at once (Temporal's time skipping).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
 
 from . import durations
 from .caller.handle import WorkflowHandle
 from .definitions.registry import Registry
 from .durations import utcnow
 from .errors import InvalidStateError, WorkflowNotFoundError
+from .primitives.updates import update
 from .runtime.config import WorkflowConfig
 from .runtime.executor import Executor
 from .seams.records import (
@@ -43,6 +46,11 @@ from .seams.store import Store
 from .sql.repeats import check_repeats, unique_starts
 
 _PAGE = 1000
+_CALLER_WAITS = ("message:", "update:")
+"""What a workflow waiting for these waits on is the caller's to send (not the clock)."""
+_YIELD_SECONDS = 0.01
+
+T = TypeVar("T")
 
 
 class TestClock:
@@ -143,6 +151,75 @@ class WorkflowRunner:
             record = await handle.info()
         return record.status
 
+    async def run_during(self, workflow: WorkflowHandle[Any] | str, call: Awaitable[T]) -> T:
+        """Await ``call`` (an update, a ``get_event``, a caller's wait) while running the
+        workflow, and what it waits on, the way a worker would; return ``call``'s result.
+
+        The workflow runs whenever it can: a message or an update ``call`` sends wakes
+        it, its children run, and a wait with a deadline (a ``sleep``, a retry's backoff)
+        is skipped on the runner's clock. A wait for a message or an update is left to
+        ``call`` to end. An error of ``call``'s is raised here. Once ``call`` is done the
+        runner stops (the workflow may have gone on past what ``call`` waited for);
+        ``run_until_complete`` runs the rest.
+        """
+        handle = self._handle(workflow)
+        done = anyio.Event()
+        outcome: list[T] = []
+        failure: list[Exception] = []
+
+        async def calling() -> None:
+            try:
+                outcome.append(await call)
+            except Exception as exc:  # raised below, once the runner has stopped between runs
+                failure.append(exc)
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(calling)
+            while not done.is_set():  # never cancelled in the middle of an attempt
+                if not await self._run_alongside_once(handle):
+                    with anyio.move_on_after(_YIELD_SECONDS):
+                        await done.wait()  # the caller's turn (it may be polling)
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    async def _run_alongside_once(self, handle: WorkflowHandle[Any]) -> bool:
+        """Run ``handle``'s workflow, or what it waits on, once if it can; whether it did."""
+        record = await handle.info()
+        if record.status is WorkflowStatus.PENDING:
+            await self.run_once(handle)
+            return True
+        if record.status is not WorkflowStatus.WAITING:
+            return False
+        if await self.drain():
+            return True
+        waits_for_caller = (record.waiting_for or "").startswith(_CALLER_WAITS)
+        return not waits_for_caller and await self._skip_time()
+
+    async def update(
+        self,
+        workflow: WorkflowHandle[Any] | str,
+        name: str,
+        payload: Any = None,
+        *,
+        update_id: str | None = None,
+    ) -> Any:
+        """Send the update ``name`` with ``payload`` and run the workflow until it answers;
+        return the reply (see :meth:`run_during`). Raises what
+        :meth:`~durable_core.DurableClient.update` raises:
+        :class:`~durable_core.errors.UpdateRejectedError` when its validator refuses it,
+        :class:`~durable_core.errors.UpdateNotHandledError` when the workflow ends first."""
+        handle = self._handle(workflow)
+        request = update(self.store, handle.id, name, payload, update_id=update_id)
+        return await self.run_during(handle, request)
+
+    def _handle(self, workflow: WorkflowHandle[Any] | str) -> WorkflowHandle[Any]:
+        if isinstance(workflow, WorkflowHandle):
+            return workflow
+        return WorkflowHandle(self.store, workflow)
+
     async def _runnable(self, *, due_only: bool) -> list[WorkflowRecord]:
         now = self.clock.now()
         pending = await self.store.list_workflows(status=WorkflowStatus.PENDING, limit=_PAGE)
@@ -235,3 +312,6 @@ class InMemoryCallerStore:
 
     async def get_event(self, workflow_id: str, key: str) -> str | None:
         return self.events.get((workflow_id, key))
+
+
+__all__ = ["InMemoryCallerStore", "TestClock", "WorkflowRunner"]

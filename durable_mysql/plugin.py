@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from durable_core.caller.backends import driver_installed, require_driver
+from durable_core.caller.backends import Driver
 from durable_core.seams.hookspecs import hookimpl
 from durable_core.seams.store import Store
+
+DRIVER = Driver("aiomysql", extra="mysql", database="MySQL/MariaDB")
+"""What this backend needs installed (the ``[mysql]`` extra)."""
 
 
 @hookimpl
 def durable_store_from_url(url: str) -> Store | None:
     if not url.startswith(("mysql:", "mysql+aiomysql:", "mariadb:", "mariadb+aiomysql:")):
         return None
-    require_driver("aiomysql", extra="mysql", database="MySQL/MariaDB")
+    DRIVER.require()
     from .store import MySQLStore
 
     return MySQLStore(url)
@@ -19,6 +22,6 @@ def durable_store_from_url(url: str) -> Store | None:
 
 @hookimpl
 def durable_store_url_forms() -> list[str]:
-    if not driver_installed("aiomysql"):
+    if not DRIVER.installed():
         return []
     return ["mysql://user:password@host:3306/dbname", "mariadb://user:password@host:3306/dbname"]

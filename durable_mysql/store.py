@@ -26,6 +26,7 @@ from durable_core.sql.errors import store_error
 from durable_core.sql.urls import parse_url
 
 from .dialect import MySQLDialect
+from .plugin import DRIVER
 
 _SCHEMES = ("mysql", "mariadb")
 
@@ -73,9 +74,13 @@ def wire_size(texts: Iterable[str | None]) -> int:
 
 
 class MySQLStore(SQLStore):
-    """A store in MySQL or MariaDB. It enqueues and persists in full but cannot claim."""
+    """A store in MySQL or MariaDB. It enqueues and persists in full but cannot claim.
+
+    Needs the ``[mysql]`` extra (aiomysql): without it,
+    :class:`~durable_core.errors.ConfigurationError` names it."""
 
     def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
+        DRIVER.require()
         parsed = normalize_url(url)
         engine_options.setdefault("pool_pre_ping", True)
         engine_options.setdefault("pool_recycle", 3600)
@@ -138,6 +143,7 @@ async def ensure_database(url: str | sa.URL) -> None:
     Raises :class:`~durable_core.errors.StoreUnavailableError` when the server
     cannot be reached.
     """
+    DRIVER.require()
     parsed = normalize_url(url)
     name = str(parsed.database)
     description = f"MySQL server {parsed.host or 'localhost'}:{parsed.port or 3306}"

@@ -6,13 +6,16 @@ claims with ``FOR UPDATE SKIP LOCKED``, and wakes workers through
 ``pgserver`` wheel (the ``[embedded]`` extra) for a zero set-up quick start.
 
 The names are imported on first use, so the entry-point plugin loads (and
-can name the missing extra) even where asyncpg is not installed.
+can name the missing extra) even where asyncpg is not installed; so does
+``from durable_postgres import PostgresStore`` there.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from .plugin import DRIVER
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedPostgres
@@ -27,4 +30,6 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "PostgresStore":
+        DRIVER.require()  # names the extra, where the import would raise ModuleNotFoundError
     return getattr(importlib.import_module(module, __name__), name)

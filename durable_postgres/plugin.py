@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 
-from durable_core.caller.backends import driver_installed, require_driver
+from durable_core.caller.backends import Driver
 from durable_core.seams.hookspecs import hookimpl
 from durable_core.seams.store import EmbeddedDatabase, Store
+
+DRIVER = Driver("asyncpg", extra="postgres", database="PostgreSQL")
+"""What this backend needs installed (the ``[postgres]`` extra)."""
 
 
 @hookimpl
@@ -14,7 +17,7 @@ def durable_store_from_url(url: str) -> Store | None:
     scheme = url.partition("://")[0].lower()
     if scheme not in ("postgres", "postgresql") and not scheme.startswith("postgresql+"):
         return None
-    require_driver("asyncpg", extra="postgres", database="PostgreSQL")
+    DRIVER.require()
     from .store import PostgresStore
 
     # Other postgresql+driver forms are ours too: PostgresStore rejects them by name.
@@ -23,7 +26,7 @@ def durable_store_from_url(url: str) -> Store | None:
 
 @hookimpl
 def durable_store_url_forms() -> list[str]:
-    if not driver_installed("asyncpg"):
+    if not DRIVER.installed():
         return []
     return [
         "postgresql://user:password@host:5432/dbname",

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from durable_core.caller.backends import driver_installed, require_driver
+from durable_core.caller.backends import Driver
 from durable_core.seams.hookspecs import hookimpl
 from durable_core.seams.store import Store
+
+DRIVER = Driver("aiosqlite", extra="sqlite", database="SQLite")
+"""What this backend needs installed (the ``[sqlite]`` extra)."""
 
 
 @hookimpl
 def durable_store_from_url(url: str) -> Store | None:
     if not url.startswith(("sqlite:", "sqlite+aiosqlite:")):
         return None
-    require_driver("aiosqlite", extra="sqlite", database="SQLite")
+    DRIVER.require()
     from .store import SQLiteStore
 
     return SQLiteStore(url)
@@ -19,6 +22,6 @@ def durable_store_from_url(url: str) -> Store | None:
 
 @hookimpl
 def durable_store_url_forms() -> list[str]:
-    if not driver_installed("aiosqlite"):
+    if not DRIVER.installed():
         return []
     return ["sqlite:///relative/path.db", "sqlite:////absolute/path.db"]

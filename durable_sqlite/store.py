@@ -16,6 +16,7 @@ from durable_core.errors import InvalidDatabaseURLError
 from durable_core.sql import SQLAlchemyConnector, SQLStore
 
 from .dialect import SQLiteDialect
+from .plugin import DRIVER
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -93,13 +94,16 @@ class SQLiteConnector(SQLAlchemyConnector):
 class SQLiteStore(SQLStore):
     """A store in a SQLite file: WAL mode, a busy timeout, foreign keys on.
 
-    Safe under several connections in one or more processes. ``sqlite:///:memory:``
+    Needs the ``[sqlite]`` extra (aiosqlite): without it,
+    :class:`~durable_core.errors.ConfigurationError` names it. Safe under several
+    connections in one or more processes. ``sqlite:///:memory:``
     is one connection, private to the store, whose transactions take turns: safe
     under concurrent tasks. It cannot claim work for a worker; run workflows with
     :class:`durable_core.testing.WorkflowRunner`.
     """
 
     def __init__(self, url: str | sa.URL, **engine_options: Any) -> None:
+        DRIVER.require()
         parsed = normalize_url(url)
         self.connector: SQLiteConnector = SQLiteConnector(parsed, engine_options=engine_options)
         super().__init__(

@@ -22,6 +22,14 @@ variable set, so it must be complete: its own imports, workflows and store.
 - A ``<!-- not-run: reason -->`` comment on the line before a block excludes
   it; it shows as skipped, with its reason. Keep these rare: a fragment that
   is not Python (a pyproject entry) takes another language tag instead.
+- A page with a ``<!-- run-shell -->`` comment before a ```` ```bash ```` block is
+  a tutorial run end to end, as one test: its shell blocks so marked run in
+  order, with ``bash -e``, in one folder holding the page's file blocks, with
+  ``DURABLE_DATABASE_URL`` naming a fresh PostgreSQL database and this
+  checkout's ``durable`` and ``python`` first on ``PATH``; a block marked
+  ``<!-- run-shell: background -->`` (one command: a worker) runs beside the
+  blocks after it and must exit 0 on the SIGTERM that stops it when they are
+  done. Its Python blocks run there, as its shell blocks run them, not one by one.
 
 The blocks run in parallel, each with a hang guard of ten minutes, so a block
 that hangs fails instead of stopping the suite; the guard bounds a hang, not a
@@ -34,6 +42,7 @@ import asyncio
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -52,7 +61,7 @@ PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 TIMEOUT_SECONDS = 600
 
 FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
-DIRECTIVE = re.compile(r"^<!--\s*(not-run|pytest-args):(.*?)-->\s*$")
+DIRECTIVE = re.compile(r"^<!--\s*(not-run|pytest-args|run-shell)(?::(.*?))?\s*-->\s*$")
 FILE_HEADER = re.compile(r"^#\s*([\w./-]+\.py)\s*$")
 UNSCOPED_ENV = ("DURABLE_", "WORKFLOW_", "PYTEST_")
 
@@ -123,7 +132,7 @@ def parse(text: str, page: str = "README.md") -> list[Block]:
         if index == len(lines):
             raise AssertionError(f"{page}:{start + 1}: a code block is never closed")
         previous = DIRECTIVE.match(lines[start - 1]) if start else None
-        directive = (previous.group(1), previous.group(2).strip()) if previous else None
+        directive = (previous.group(1), (previous.group(2) or "").strip()) if previous else None
         code = "\n".join(lines[start + 1 : index]) + "\n"
         language = opening.group(1).lower()
         number = 1 + sum(block.language == language for block in blocks)
@@ -138,6 +147,10 @@ def _name(page: Path) -> str:
 
 BLOCKS = [block for page in PAGES for block in parse(page.read_text("utf-8"), _name(page))]
 PYTHON = [block for block in BLOCKS if block.language == "python"]
+SHELL = [block for block in BLOCKS if block.directive and block.directive[0] == "run-shell"]
+SESSION_PAGES = sorted({block.page for block in SHELL})
+"""The tutorials run end to end (``<!-- run-shell -->``): their Python blocks run there."""
+ALONE = [block for block in PYTHON if block.page not in SESSION_PAGES]
 
 
 def _param(block: Block) -> object:
@@ -217,7 +230,7 @@ def runs(
         block = callspec.params.get("block") if callspec is not None else None
         if isinstance(block, Block):
             selected.add(block.test_id)
-    wanted = [block for block in PYTHON if block.test_id in selected and not block.not_run]
+    wanted = [block for block in ALONE if block.test_id in selected and not block.not_run]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
         yield {
             block.test_id: pool.submit(run_block, block, tmp_path_factory.mktemp("block"))
@@ -225,7 +238,7 @@ def runs(
         }
 
 
-@pytest.mark.parametrize("block", [_param(block) for block in PYTHON])
+@pytest.mark.parametrize("block", [_param(block) for block in ALONE])
 def test_python_block_runs_as_written(
     block: Block,
     runs: dict[str, Future[subprocess.CompletedProcess[str]]],
@@ -248,17 +261,66 @@ def test_the_pages_and_their_blocks_are_found() -> None:
 
 @pytest.mark.parametrize("page", [_name(page) for page in PAGES])
 def test_each_directive_stands_before_a_python_block_it_applies_to(page: str) -> None:
-    blocks = [block for block in PYTHON if block.page == page]
+    blocks = [block for block in [*PYTHON, *SHELL] if block.page == page]
     by_line = {block.line - 1: block for block in blocks if block.directive}
     lines = (ROOT / page).read_text(encoding="utf-8").split("\n")
     for number, line in enumerate(lines, start=1):
         if DIRECTIVE.match(line):
-            assert number in by_line, f"{page}:{number}: no python block follows this directive"
+            assert number in by_line, f"{page}:{number}: no block this directive applies to"
     for block in by_line.values():
         if block.not_run is not None:
             assert block.not_run, f"{block.where}: not-run needs a reason"
         if block.pytest_args:
             assert block.is_pytest_module, f"{block.where}: pytest-args on a non-test"
+        if block.directive and block.directive[0] == "run-shell":
+            assert block.language == "bash", f"{block.where}: run-shell on a non-bash block"
+            assert block.directive[1] in ("", "background"), f"{block.where}: run-shell what?"
+
+
+@pytest.mark.parametrize("page", SESSION_PAGES)
+def test_a_tutorial_runs_end_to_end_as_written(page: str, tmp_path: Path) -> None:
+    """The page's marked shell blocks, in order, on a fresh database (see the module doc)."""
+    _write_files(tmp_path, page)
+    name = POSTGRES_URL.rsplit("/", 1)[1].split("?")[0]
+    database_url = asyncio.run(fresh_postgres_database(POSTGRES_URL, f"{name}_session"))
+    env = _environment(database_url)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    background: list[tuple[Block, subprocess.Popen[str]]] = []
+    try:
+        for block in (block for block in SHELL if block.page == page):
+            if block.directive == ("run-shell", "background"):
+                [command] = [line for line in block.code.splitlines() if line.strip()]
+                process = subprocess.Popen(
+                    ["bash", "-c", f"exec {command}"],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+                background.append((block, process))
+                continue
+            done = subprocess.run(
+                ["bash", "-e", "-c", block.code],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_SECONDS,
+            )
+            assert done.returncode == 0, (
+                f"{block.where}: exited with {done.returncode}\n"
+                f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+            )
+    finally:
+        outcomes = []
+        for block, process in background:
+            process.send_signal(signal.SIGTERM)
+            output, _ = process.communicate(timeout=TIMEOUT_SECONDS)
+            outcomes.append((block, process.returncode, output))
+        asyncio.run(drop_postgres_database(database_url))
+    for block, code, output in outcomes:
+        assert code == 0, f"{block.where}: exited with {code} on SIGTERM\n{output[-4000:]}"
 
 
 @pytest.mark.parametrize("page", sorted({block.page for block in PYTHON}))

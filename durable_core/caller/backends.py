@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from dataclasses import dataclass
 
 from ..errors import ConfigurationError, InvalidDatabaseURLError
 from ..redaction import redact
@@ -38,6 +39,26 @@ def require_driver(module: str, *, extra: str, database: str) -> None:
             f"{database} needs the {module} driver, which is not installed: "
             f"pip install 'durable-core[{extra}]'"
         )
+
+
+@dataclass(frozen=True)
+class Driver:
+    """A backend's driver: the module it imports, the extra that installs it, the database
+    it reaches (each backend declares one, in its plugin module)."""
+
+    module: str
+    extra: str
+    database: str
+
+    def installed(self) -> bool:
+        """Whether the driver can be imported."""
+        return driver_installed(self.module)
+
+    def require(self) -> None:
+        """Raise :class:`ConfigurationError` naming the extra when the driver is missing:
+        the plugin calls it before it resolves a URL, the store's constructor before it
+        builds anything."""
+        require_driver(self.module, extra=self.extra, database=self.database)
 
 
 def url_forms() -> list[str]:

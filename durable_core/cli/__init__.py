@@ -14,11 +14,11 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
 import anyio
 
+from .. import __version__
 from ..codec.encryption import configure_from_env
 from ..errors import FrameworkError
 from ..runtime.worker import single_error
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"text or json, one object a line (default: ${LOG_FORMAT_ENV}, else text; "
         "json needs the [logs] extra)",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (running, inspecting, schedules, replaying):
         module.add_commands(commands)
@@ -107,13 +107,6 @@ def _main(args: argparse.Namespace) -> int:
             return _fail(error)
         raise
     return code
-
-
-def _version() -> str:
-    try:
-        return version("durable-core")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def _fail(exc: FrameworkError) -> int:

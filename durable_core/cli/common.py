@@ -110,6 +110,7 @@ def import_app(modules: Sequence[str], bootstrap: str | None) -> Callable[[], An
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in modules:
+        _check_module_name(name, "--app")
         try:
             importlib.import_module(name)
         except ImportError as exc:
@@ -119,12 +120,26 @@ def import_app(modules: Sequence[str], bootstrap: str | None) -> Callable[[], An
     module_name, _, attribute = bootstrap.partition(":")
     if not attribute:
         raise ConfigurationError(f"--bootstrap takes module:function, got {bootstrap!r}")
+    _check_module_name(module_name, "--bootstrap", f":{attribute}")
     try:
         module = importlib.import_module(module_name)
         function: Callable[[], Any] = getattr(module, attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load bootstrap {bootstrap!r}: {exc}") from exc
     return function
+
+
+def _check_module_name(name: str, option: str, suffix: str = "") -> None:
+    """Refuse a file path where a module name is wanted, naming the module it means (a path
+    is not imported: importing ``wf.py`` would run ``wf`` first)."""
+    if not name.endswith(".py") and "/" not in name and os.sep not in name:
+        return
+    path = name.removesuffix(".py").strip("/" + os.sep).replace(os.sep, "/")
+    meant = ".".join(part for part in path.split("/") if part not in ("", "."))
+    raise ConfigurationError(
+        f"{option} takes a module name, not a file: {name!r}; did you mean {option} "
+        f"{meant}{suffix}? (run from the folder that holds it)"
+    )
 
 
 @asynccontextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -26,8 +27,21 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def _no_body() -> bool:
+    return False
+
+
+body_running: Callable[[], bool] = _no_body
+"""Whether the calling task runs a workflow body: set by the runtime (which sits above
+this package) to :meth:`~durable_core.runtime.context.WorkflowContext.is_active`."""
+
+_warned: set[str] = set()
+"""The workflows whose direct call has been warned about (once each, per process)."""
+
+
 class Workflow(Generic[P, R]):
-    """A registered workflow. Calling it runs the body inline, with no persistence;
+    """A registered workflow. Calling it runs the body inline, with no persistence (outside
+    a workflow, with a :class:`RuntimeWarning` the first time);
     :func:`~durable_core.caller.client.start_workflow` enqueues it for a worker."""
 
     def __init__(
@@ -56,6 +70,23 @@ class Workflow(Generic[P, R]):
         self.__wrapped__ = fn
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+        if self.name not in _warned and not body_running():
+            _warned.add(self.name)
+            module = self.__module__
+            worker = (
+                "a worker (define it in an importable module: a worker finds it by name)"
+                if module == "__main__"
+                else f"a worker (durable worker --app {module})"
+            )
+            warnings.warn(
+                f"{self.__name__}() called directly runs its body here, inline: nothing is "
+                "persisted, a failure is not retried and its waits really wait. To run it "
+                f"durably, start it (await DurableClient(store).start_workflow({self.__name__}, "
+                f"...)) and let {worker} or durable_core.testing.WorkflowRunner run it. "
+                "(Said once per workflow.)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return self.fn(*args, **kwargs)
 
     @functools.cached_property

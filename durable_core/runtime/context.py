@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..definitions import registry
 from ..definitions.schedules import scheduled_at
 from ..errors import FrameworkError
 from ..seams.store import Store
@@ -105,3 +106,6 @@ async def body_effect(name: str, args: list[Any], act: Callable[[], Awaitable[st
         return await act()
     run = ctx.run
     return await run.effect(name, json.dumps(args), lambda call: run.fence_checked(act))
+
+
+registry.body_running = WorkflowContext.is_active  # a workflow called in a body: no warning
