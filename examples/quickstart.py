@@ -124,6 +124,7 @@ async def demo(url: str) -> int:
     try:
         await store.apply_schema()
         say("[2] the durable tables are there")
+        LOG.parent.mkdir(parents=True, exist_ok=True)  # a fresh clone has no .durable/
         LOG.unlink(missing_ok=True)
         worker = await start_worker(url)
         workers[worker.pid] = "worker 1"
