@@ -19,6 +19,8 @@ The package, bottom to top (each part imports only those before it):
 - ``observers``, ``cli``, ``dashboard``, ``contract``, ``testing``: built on the rest.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import _moved
 from .caller.backends import open_store, store_from_url
 from .caller.client import (
@@ -42,6 +44,8 @@ from .definitions.retry import RetryPolicy
 from .definitions.schedules import Overlap, Schedule, ScheduleRecord
 from .durations import MAX_DURATION
 from .errors import (
+    AppDatabaseError,
+    AppDatabaseUnavailableError,
     AttributesNotSupportedError,
     BlockingCallInEventLoopError,
     BodyRaisedError,
@@ -76,6 +80,8 @@ from .errors import (
     StoreUnavailableError,
     StreamClosedError,
     TalkNotSupportedError,
+    TransactionConflictError,
+    TransactionStepError,
     UnknownCodecError,
     UnknownWorkflowError,
     UpdateConflictError,
@@ -97,6 +103,7 @@ from .primitives.patching import deprecate_patch, patched
 from .primitives.saga import CompensatedError, Saga, SagaUsageError, saga
 from .primitives.steps import Step, cleanup, workflow_step
 from .primitives.streams import close_stream, write_stream
+from .primitives.transactions import TransactionStep, transaction_step
 from .primitives.updates import UpdateRequest, recv_update
 from .primitives.waiting import now, random, recv, set_event, sleep, sleep_until
 from .runtime.config import WorkflowConfig
@@ -109,8 +116,25 @@ from .seams.operators import WorkflowFilter
 from .seams.plugins import register_observer, unregister_observer
 from .seams.records import StepStatus, WorkflowStatus
 from .seams.store import Claimer, Store
+from .seams.transactions import IsolationLevel
+
+if TYPE_CHECKING:
+    from .sql.app_database import AppDatabase
+
+
+def __getattr__(name: str) -> Any:
+    # AppDatabase needs SQLAlchemy, which ``import durable_core`` alone never loads.
+    if name == "AppDatabase":
+        from .sql.app_database import AppDatabase
+
+        return AppDatabase
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "AppDatabase",
+    "AppDatabaseError",
+    "AppDatabaseUnavailableError",
     "AttributeRange",
     "Attributes",
     "AttemptEvent",
@@ -167,6 +191,10 @@ __all__ = [
     "StoreUnavailableError",
     "StreamClosedError",
     "TalkNotSupportedError",
+    "TransactionConflictError",
+    "TransactionStep",
+    "TransactionStepError",
+    "IsolationLevel",
     "UpdateConflictError",
     "UpdateNotHandledError",
     "UpdateRejectedError",
@@ -219,6 +247,7 @@ __all__ = [
     "start_workflow_with_id",
     "start_workflows",
     "store_from_url",
+    "transaction_step",
     "unregister_observer",
     "use_codec",
     "use_store",
