@@ -72,7 +72,8 @@ _RECORDED = sa.select(outputs.c.step_name, outputs.c.output).where(
 )
 _RECORD = outputs.insert()
 
-_declared: weakref.WeakSet[AppDatabase] = weakref.WeakSet()
+_in_use: set[AppDatabase] = set()
+"""The application databases with connections open in some event loop."""
 
 
 class AppDatabase:
@@ -98,7 +99,6 @@ class AppDatabase:
         self._opened: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Opened] = (
             weakref.WeakKeyDictionary()
         )
-        _declared.add(self)
 
     @property
     def description(self) -> str:
@@ -115,6 +115,8 @@ class AppDatabase:
     async def close(self) -> None:
         """Close this event loop's connections (the next use opens them again)."""
         opened = self._opened.pop(asyncio.get_running_loop(), None)
+        if not self._opened:
+            _in_use.discard(self)
         if opened is not None:
             await opened.store.close()
 
@@ -176,6 +178,7 @@ class AppDatabase:
         opened = self._opened.get(loop)
         if opened is None:
             opened = self._opened[loop] = _Opened(_store_for(self.url))
+            _in_use.add(self)
         if opened.ready:
             return opened
         async with opened.lock:
@@ -329,13 +332,8 @@ def _cause(exc: BaseException) -> str:
 async def close_app_databases() -> None:
     """Close every application database's connections in this event loop (a worker does it
     as it stops)."""
-    for database in list(_declared):
+    for database in list(_in_use):
         try:
             await database.close()
         except Exception:  # closing what may be broken: the next use opens again
             continue
-
-
-def declared() -> list[AppDatabase]:
-    """The application databases declared in this process."""
-    return list(_declared)
