@@ -39,10 +39,12 @@ from durable_core import (
 from durable_core.seams.store import Store
 from durable_core.sql.app_database import OUTPUTS_TABLE, close_app_databases
 from durable_core.testing import WorkflowRunner
+from durable_mysql import MySQLStore
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
 from tests.conftest import (
     drop_postgres_database,
+    empty_mysql_database,
     fresh_postgres_database,
     migrated_postgres_database,
 )
@@ -131,9 +133,12 @@ async def tables(
         await _ddl_on_store(store, *ddl)
         yield
         return
+    dropped = None
     if isinstance(store, SQLiteStore):
         url = f"sqlite:///{tmp_path / 'app.db'}"
-        dropped = None
+    elif isinstance(store, MySQLStore):
+        url = await empty_mysql_database("txs_app_inprocess")
+        await _mysql_drop(url, "orders", "counters")
     else:
         url = dropped = await fresh_postgres_database(postgres_url, "txs_app_inprocess")
     Where.database = AppDatabase(url)
@@ -142,8 +147,14 @@ async def tables(
         yield
     finally:
         await close_app_databases()
+        Where.database = None
         if dropped is not None:
             await drop_postgres_database(dropped)
+
+
+async def _mysql_drop(url: str, *tables: str) -> None:
+    async with MySQLStore(url) as store, store.engine.begin() as conn:
+        await conn.execute(sa.text(f"DROP TABLE IF EXISTS {', '.join(tables)}"))
 
 
 @pytest.fixture(params=["store", "app"])
@@ -153,6 +164,16 @@ async def where(
     """``orders`` in the store's own database, or in another database of the same kind."""
     async with tables(request.param, sqlite_or_postgres, tmp_path, postgres_url, ORDERS_DDL):
         yield request.param
+
+
+@pytest.fixture
+async def mysql_store(mysql_url: str) -> AsyncIterator[MySQLStore]:
+    """A MariaDB store on a database of its own, migrated, with no application tables."""
+    url = await empty_mysql_database("txs_mysql")
+    await _mysql_drop(url, "orders", "counters")
+    async with MySQLStore(url) as store:
+        await store.apply_schema()
+        yield store
 
 
 @pytest.fixture
@@ -202,6 +223,28 @@ async def test_the_writes_and_the_record_commit_together_and_a_replay_runs_nothi
         assert records == [(handle.id, "0", "1")]
 
 
+@pytest.mark.parametrize("place", ["store", "app"])
+async def test_mariadb_runs_transaction_steps_with_the_same_code(
+    mysql_store: MySQLStore, place: str, tmp_path: Path, postgres_url: str
+) -> None:
+    async with tables(place, mysql_store, tmp_path, postgres_url, ORDERS_DDL):
+        handle = await DurableClient(mysql_store).start_workflow(place_order, "order-m")
+        FAIL_ONCE.add(handle.id)
+        status = await WorkflowRunner(mysql_store).run_until_complete(handle)
+        assert status is WorkflowStatus.SUCCEEDED
+        assert await handle.output() == 10
+        assert [handle.id] == RAN
+        assert await _app_query(mysql_store, "SELECT id FROM orders") == [("order-m",)]
+        [step, _] = await mysql_store.load_steps(handle.id)
+        assert (step.step_name, step.status.value, step.output) == (
+            "tests.insert_order",
+            "succeeded",
+            "1",
+        )
+        if place == "app":
+            await _lost_row_replays_from_the_record(mysql_store, orders_before=1)
+
+
 async def test_a_record_in_the_app_database_wins_over_a_store_that_lost_its_row(
     sqlite_or_postgres: Store, tmp_path: Path, postgres_url: str
 ) -> None:
@@ -211,7 +254,9 @@ async def test_a_record_in_the_app_database_wins_over_a_store_that_lost_its_row(
         await _lost_row_replays_from_the_record(sqlite_or_postgres)
 
 
-async def _lost_row_replays_from_the_record(store: Store) -> None:
+async def _lost_row_replays_from_the_record(store: Store, *, orders_before: int = 0) -> None:
+    RAN.clear()
+    count = orders_before + 1
     handle = await DurableClient(store).start_workflow(place_order_once, "order-7")
     FAIL_ONCE.add(handle.id)
     runner = WorkflowRunner(store)
@@ -221,12 +266,12 @@ async def _lost_row_replays_from_the_record(store: Store) -> None:
     await store.retry_workflow(handle.id)
     assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
     assert [handle.id] == RAN
-    assert await handle.output() == 10
+    assert await handle.output() == count * 10
     [first, _] = await store.load_steps(handle.id)
     assert (first.step_name, first.status.value, first.output) == (
         "tests.insert_order",
         "succeeded",
-        "1",
+        str(count),
     )
 
 
@@ -453,6 +498,14 @@ async def count_up(name: str) -> Any:
     return await increment(name)
 
 
+increment_serializable = on_where(_increment, isolation="serializable")
+
+
+@workflow
+async def count_up_serializable(name: str) -> Any:
+    return await increment_serializable(name)
+
+
 @pytest.mark.parametrize("place", ["store", "app"])
 async def test_two_transaction_steps_updating_one_row_under_repeatable_read_both_end_right(
     pg_store: PostgresStore, place: str, tmp_path: Path, postgres_url: str
@@ -461,15 +514,25 @@ async def test_two_transaction_steps_updating_one_row_under_repeatable_read_both
     serialization failure, its transaction rolls back, and its step runs again, reading 1.
     (On PostgreSQL: SQLite takes its write lock at BEGIN, so two never interleave.)"""
     async with tables(place, pg_store, tmp_path, postgres_url, COUNTER_DDL):
-        await _both_end_right(pg_store)
+        await _both_end_right(pg_store, count_up, "SerializationError")
 
 
-async def _both_end_right(store: Store) -> None:
+@pytest.mark.parametrize("place", ["store", "app"])
+async def test_on_mariadb_under_serializable_the_deadlock_loser_runs_again(
+    mysql_store: MySQLStore, place: str, tmp_path: Path, postgres_url: str
+) -> None:
+    """MariaDB's serializable reads take shared locks: both writes wait on the other's, the
+    server rolls one back as a deadlock, and its step runs again."""
+    async with tables(place, mysql_store, tmp_path, postgres_url, COUNTER_DDL):
+        await _both_end_right(mysql_store, count_up_serializable, "Deadlock found")
+
+
+async def _both_end_right(store: Store, flow: Any, driver_says: str) -> None:
     BARRIER.update(read=0, both=anyio.Event())
     await _ddl_on_store_or_app(store, "INSERT INTO counters VALUES ('hits', 0)")
     client = DurableClient(store)
-    first = await client.start_workflow(count_up, "hits")
-    second = await client.start_workflow(count_up, "hits")
+    first = await client.start_workflow(flow, "hits")
+    second = await client.start_workflow(flow, "hits")
     runner = WorkflowRunner(store)
     async with anyio.create_task_group() as group:
         group.start_soon(runner.run_until_complete, first)
@@ -482,7 +545,7 @@ async def _both_end_right(store: Store) -> None:
     error = json.loads(conflict.error or "{}")
     assert error["type"] == "durable_core.errors.TransactionConflictError"
     assert "rolled back by a conflict with another transaction" in error["message"]
-    assert "SerializationError" in error["message"]
+    assert driver_says in error["message"]
     [step] = await store.load_steps(loser)
     assert (step.status.value, step.attempts) == ("succeeded", 2)
     assert BARRIER["read"] == 3, "the loser read the row again, and only it"

@@ -172,20 +172,29 @@ class Transactions:
             check = not database.records_steps
             group = self.group
             lease = self.lease
+
+            async def begin() -> None:
+                await self.persist(
+                    lambda: self.writes.start_step(
+                        lease, call.index, call.name, input_json, path=call.stored_path
+                    )
+                )
+
+            # Without a group commit a try writes no running row first (a commit of its own):
+            # the transaction writes the row on the store's own database, one write after it
+            # does elsewhere, and a failed try writes one to fail it.
+            late = group is None
+            rowed = call.recorded is not None
             while True:
                 await self._committed()  # what it read of earlier steps is theirs for good
-                if (
+                if not late and (
                     self.ending is not None
                     or group is None
                     or not group.began_now(
                         lease, call.index, call.name, input_json, call.stored_path
                     )
                 ):
-                    await self.persist(
-                        lambda: self.writes.start_step(
-                            lease, call.index, call.name, input_json, path=call.stored_path
-                        )
-                    )
+                    await begin()
                 if observing():
                     observers().durable_step_started(
                         attempt=self.event,
@@ -204,10 +213,11 @@ class Transactions:
                                 result, what=f"output of step {step.name!r} (index {call.index})"
                             )
                             # On the store's own database the record is the step's row: a
-                            # try whose running row is written (by the store, or by a flush
-                            # waited for here) is counted there already.
-                            written = group is None or (
+                            # try whose running row a flush wrote (waited for here, so it
+                            # cannot land after) is counted there already.
+                            written = (
                                 database.records_steps
+                                and group is not None
                                 and await group.writes_elsewhere(lease, call.index)
                             )
                             await transaction.record(output, new_try=not written)
@@ -219,6 +229,9 @@ class Transactions:
                     raise
                 except Exception as exc:
                     failure = database.failure(exc)
+                    if late:
+                        await begin()
+                        rowed = True
                     await self._step_failed(call, failure)
                     check = True  # a try that failed as it committed may have committed
                     if isinstance(failure, TransactionConflictError) or (
@@ -255,14 +268,28 @@ class Transactions:
                 if database.records_steps:
                     if group is not None:
                         group.ended_elsewhere(lease, call.index)
-                elif (
-                    self.ending is not None
-                    or group is None
-                    or not group.completed_now(lease, call.index, output)
-                ):
-                    await self.persist(
-                        functools.partial(self.writes.complete_step, lease, call.index, output)
+                elif late and not rowed:  # the step's first row: its one write
+                    record = functools.partial(
+                        self.writes.record_step,
+                        lease,
+                        call.index,
+                        call.name,
+                        input_json,
+                        output,
+                        path=call.stored_path,
                     )
+                    await self.persist(record)
+                else:
+                    if late:
+                        await begin()  # counts this try on the row an earlier one left
+                    if (
+                        self.ending is not None
+                        or group is None
+                        or not group.completed_now(lease, call.index, output)
+                    ):
+                        await self.persist(
+                            functools.partial(self.writes.complete_step, lease, call.index, output)
+                        )
                 self._recorded(call)
                 return result
         finally:

@@ -14,6 +14,7 @@ from durable_core.contract import (
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
+    TransactionContract,
     UpdatesContract,
 )
 from durable_core.sql import schema
@@ -55,5 +56,6 @@ class TestMySQLStore(
     AttributesContract,
     CompensationContract,
     DebounceContract,
+    TransactionContract,
 ):
     pass

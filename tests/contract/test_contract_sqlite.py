@@ -15,6 +15,7 @@ from durable_core.contract import (
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
+    TransactionContract,
     UpdatesContract,
 )
 from durable_sqlite import SQLiteStore
@@ -51,5 +52,6 @@ class TestSQLiteStore(
     AttributesContract,
     CompensationContract,
     DebounceContract,
+    TransactionContract,
 ):
     pass

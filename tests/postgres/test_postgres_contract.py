@@ -16,6 +16,7 @@ from durable_core.contract import (
     StoreContract,
     StreamsContract,
     Tamper,
+    TransactionContract,
     UpdatesContract,
 )
 from durable_core.sql.schema import WORKFLOW_TABLES
@@ -88,5 +89,6 @@ class TestPostgresStore(
     CompensationContract,
     DebounceContract,
     AttributesContract,
+    TransactionContract,
 ):
     pass
