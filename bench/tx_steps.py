@@ -8,6 +8,8 @@ database (the record is a row of ``durable_step_outputs`` there, the store's row
 after), as a plain step doing the same insert in a transaction of its own (at least
 once: what a user writes without transaction steps), and by bare asyncpg (``BEGIN;
 INSERT; COMMIT`` on a pooled connection). The rounds interleave, each in both orders.
+The CPU this process spends per call is measured over each round (the Executor's per
+workflow costs, its claim and settle, are spread over the round's calls).
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ async def _bare(pool: asyncpg.Pool, count: int) -> list[float]:
     return times
 
 
-async def measure(settings: Settings, count: int, rounds: int) -> dict[str, list[float]]:
-    """Microseconds per step call of each kind, ``rounds`` interleaved rounds of ``count``."""
+async def measure(
+    settings: Settings, count: int, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Microseconds per step call of each kind, ``rounds`` interleaved rounds of ``count``,
+    and this process's CPU microseconds per call of each kind (one figure a round)."""
     other = app_dsn(settings.dsn)
     await _ensure_database(other)
     for dsn in (settings.dsn, other):
@@ -88,6 +93,7 @@ async def measure(settings: Settings, count: int, rounds: int) -> dict[str, list
     store = PostgresStore(settings.url)
     await store.open()
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
     try:
         for _ in range(2):  # connections, plans and the record table made before timing
             for how in ("here", "elsewhere", "plain"):
@@ -96,13 +102,15 @@ async def measure(settings: Settings, count: int, rounds: int) -> dict[str, list
         for number in range(rounds):
             order = KINDS if number % 2 == 0 else tuple(reversed(KINDS))
             for kind in order:
+                began = time.process_time()
                 if kind == "bare":
                     times[kind] += await _bare(pool, count)
                 else:
                     times[kind] += await _through_the_executor(store, count, kind)
+                cpu[kind].append((time.process_time() - began) / count * 1e6)
     finally:
         await close_app_databases()
         await store.close()
         await pool.close()
         await engine.dispose()
-    return times
+    return times, cpu

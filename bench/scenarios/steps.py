@@ -245,7 +245,7 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
         await pool.close()
         await conn.close()
 
-    inserts = await tx_steps.measure(settings, count, rounds)
+    inserts, insert_cpu = await tx_steps.measure(settings, count, rounds)
     bare_insert = median(inserts["bare"])
     for kind, name, note in (
         (
@@ -284,7 +284,20 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
             note="floor = the plain step's figure above, same run",
         )
     )
+    result.add(
+        Figure(
+            name="CPU per transaction step (store's database), this process",
+            unit="us",
+            value=median(insert_cpu["here"]),
+            floor=median(insert_cpu["bare"]),
+            better="lower",
+            note=f"floor = bare asyncpg's CPU per INSERT transaction; a plain step doing the "
+            f"same INSERT: {median(insert_cpu['plain']):.0f} us, another database: "
+            f"{median(insert_cpu['elsewhere']):.0f} us",
+        )
+    )
     result.details["insert_us"] = {kind: median(values) for kind, values in inserts.items()}
+    result.details["insert_cpu_us"] = {k: median(v) for k, v in insert_cpu.items()}
     bare_us = bare_ns / 1000
     result.add(
         Figure(
