@@ -48,6 +48,7 @@ from tests.conftest import (
     fresh_postgres_database,
     migrated_postgres_database,
 )
+from tests.test_cli import durable, one_line_error
 
 pytestmark = pytest.mark.anyio
 
@@ -612,6 +613,17 @@ async def test_an_application_database_where_our_table_cannot_be_made_says_so_in
             "as a user allowed to create tables there"
         )
         assert await admin.fetchval("SELECT count(*) FROM orders") == 0
+        writer = url.replace("postgres@", "txs_writer@")
+        refused = durable("migrate", "--app-database", writer)
+        one_line_error(refused, f"application database {writer} has no {OUTPUTS_TABLE} table")
+        # What the error says to do: migrate as a user who may, and let the writer write.
+        made = durable("migrate", "--app-database", url)
+        assert made.returncode == 0, made.stderr
+        await admin.execute(f"GRANT SELECT, INSERT ON {OUTPUTS_TABLE} TO txs_writer")
+        await sqlite_store.retry_workflow(handle.id)
+        status = await WorkflowRunner(sqlite_store).run_until_complete(handle)
+        assert status is WorkflowStatus.SUCCEEDED
+        assert await admin.fetchval("SELECT count(*) FROM orders") == 1
     finally:
         await close_app_databases()
         await admin.close()
@@ -632,8 +644,6 @@ async def _asyncpg(url: str) -> Any:
 async def test_migrate_makes_the_record_table_once_and_in_one_line_when_it_cannot(
     tmp_path: Path,
 ) -> None:
-    from tests.test_cli import durable, one_line_error
-
     url = f"sqlite:///{tmp_path / 'app.db'}"
     for _ in range(2):
         made = durable("migrate", "--app-database", url)
@@ -646,3 +656,41 @@ async def test_migrate_makes_the_record_table_once_and_in_one_line_when_it_canno
     one_line_error(
         failed, "application database postgresql://postgres@127.0.0.1:1/nowhere is unreachable: "
     )
+
+
+# -- a body stopped inside its transaction -----------------------------------------------------
+
+
+async def _insert_and_hang(conn: AsyncConnection, order: str) -> None:
+    await conn.execute(sa.text("INSERT INTO orders (id) VALUES (:id)"), {"id": order})
+    await anyio.sleep(3600)
+
+
+insert_and_hang = on_where(_insert_and_hang)
+
+
+@workflow(timeout=0.2, max_attempts=1)
+async def stuck(order: str) -> None:
+    await insert_and_hang(order)
+
+
+@pytest.mark.parametrize("place", ["store", "app"])
+async def test_bodies_stopped_inside_their_transactions_roll_back_and_give_their_connections_back(
+    pg_store: PostgresStore, place: str, tmp_path: Path, postgres_url: str
+) -> None:
+    """Twelve workflows time out inside their transaction steps, one after another: each
+    transaction rolls back, and its connection goes back to the pool (of ten), so the
+    workflow after them runs."""
+    async with tables(place, pg_store, tmp_path, postgres_url, ORDERS_DDL):
+        client, runner = DurableClient(pg_store), WorkflowRunner(pg_store)
+        with anyio.fail_after(300):  # a pool that lost its connections would wait an hour
+            for n in range(12):
+                handle = await client.start_workflow(stuck, f"stuck-{n}")
+                assert await runner.run_until_complete(handle) is WorkflowStatus.CANCELLED
+                error = await handle.error()
+                assert error is not None
+                assert error["type"] == "durable_core.errors.WorkflowTimeoutError"
+            assert await _app_query(pg_store, "SELECT id FROM orders") == []
+            handle = await client.start_workflow(place_order, "after-the-stuck")
+            assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+        assert await _app_query(pg_store, "SELECT id FROM orders") == [("after-the-stuck",)]
