@@ -4,9 +4,11 @@ record in one transaction (:mod:`durable_core.seams.transactions`), so they happ
 The step's row in the store lives as a plain step's does (a try begins, a long one shows
 a ``running`` row, a failure is recorded and retried by the step's policy), with one
 difference: its success is the commit of the transaction that holds its record. On the
-store's own database that record *is* the row (written in the transaction, never by the
-group commit); on another database the row follows the commit, written behind like a
-plain step's end, and a replay that has no row finds the record there.
+store's own database that record *is* the row (its end is written in the transaction,
+never by the group commit, and a running row the group commit carries lands before it);
+on another database the row follows the commit, written behind like a plain step's end,
+and a replay that has no row finds the record there. Without a group commit a try writes
+no running row first (a commit of its own): only a failed try writes one, to fail it.
 
 Every write before the step has committed when its transaction begins, and nothing after
 it starts before that transaction committed; it does not wait for a group-commit flush
