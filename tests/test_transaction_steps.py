@@ -10,6 +10,7 @@ tests/worker/test_transaction_group_commit.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -222,6 +223,33 @@ async def test_the_writes_and_the_record_commit_together_and_a_replay_runs_nothi
     if where == "app":
         records = await _app_query(store, f"SELECT workflow_id, path, output FROM {OUTPUTS_TABLE}")
         assert records == [(handle.id, "0", "1")]
+
+
+@workflow
+async def place_three(order: str) -> Any:
+    counts = await asyncio.gather(*(insert_order(f"{order}-{n}") for n in range(3)))
+    return await after(len(counts))  # (what each counted depends on how they interleave)
+
+
+async def test_concurrent_transaction_steps_each_commit_once_under_the_path_of_their_branch(
+    sqlite_or_postgres: Store, where: str
+) -> None:
+    store = sqlite_or_postgres
+    handle = await DurableClient(store).start_workflow(place_three, "many")
+    FAIL_ONCE.add(handle.id)  # the replay finds each branch's record at its own path
+    assert await WorkflowRunner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == 30
+    assert len(RAN) == 3, "each body ran once"
+    rows = await _app_query(store, "SELECT id FROM orders ORDER BY id")
+    assert rows == [("many-0",), ("many-1",), ("many-2",)]
+    steps = await store.load_steps(handle.id)
+    paths = sorted(
+        s.path or str(s.step_index) for s in steps if s.step_name == "tests.insert_order"
+    )
+    if where == "app":
+        query = f"SELECT path FROM {OUTPUTS_TABLE} WHERE workflow_id = :wf ORDER BY path"
+        assert [r[0] for r in await _app_query(store, query, wf=handle.id)] == paths
+    assert len(set(paths)) == 3 and all(":" in path for path in paths), paths
 
 
 @pytest.mark.parametrize("place", ["store", "app"])
