@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import anyio
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from durable_core import (
+    TransactionStep,
+    WorkflowContext,
     close_stream,
     recv,
     recv_update,
     set_event,
     sleep,
     start_workflows,
+    transaction_step,
     workflow,
     workflow_step,
     write_stream,
@@ -113,6 +119,50 @@ async def many_steps(count: int) -> int:
     for _ in range(count):
         started = clock()
         n = await add_one(n)
+        step_times.append(clock() - started)
+    return n
+
+
+BENCH_ROWS = "bench_tx_rows"
+"""The application table the transaction-step figures insert into (one row a step)."""
+
+
+async def insert_row(conn: AsyncConnection, workflow_id: str, n: int) -> int:
+    """A transaction step's body: one INSERT on the connection it is given."""
+    await conn.execute(_INSERT, {"workflow": workflow_id, "n": n})
+    return n + 1
+
+
+_INSERT = sa.text(f"INSERT INTO {BENCH_ROWS} (workflow_id, n) VALUES (:workflow, :n)")
+insert_here = transaction_step(name="bench.app.insert_row")(insert_row)
+"""The transaction step on the store's own database."""
+ELSEWHERE: dict[str, TransactionStep[[str, int], int]] = {}
+"""The transaction step on another database, set by the bench (``"step"``)."""
+PLAIN_ENGINE: dict[str, AsyncEngine] = {}
+"""The engine the plain step inserts through, set by the bench (``"engine"``)."""
+
+
+@workflow_step(name="bench.app.insert_plainly")
+async def insert_plainly(workflow_id: str, n: int) -> int:
+    """A plain step doing the same INSERT in a transaction of its own (at least once)."""
+    async with PLAIN_ENGINE["engine"].begin() as conn:
+        return await insert_row(conn, workflow_id, n)
+
+
+@workflow
+async def many_inserts(count: int, how: str) -> int:
+    """Calls ``count`` steps that each insert a row (``how``: ``here``, ``elsewhere`` or
+    ``plain``), timing each call into :data:`step_times`."""
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    step: Callable[[str, int], Awaitable[int]] = (
+        insert_here if how == "here" else insert_plainly if how == "plain" else ELSEWHERE["step"]
+    )
+    n = 0
+    clock = time.perf_counter
+    for _ in range(count):
+        started = clock()
+        n = await step(ctx.workflow_id, n)
         step_times.append(clock() - started)
     return n
 

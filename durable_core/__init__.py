@@ -21,6 +21,7 @@ The package, bottom to top (each part imports only those before it):
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
 from . import _moved
 from .caller.backends import open_store, store_from_url
@@ -53,6 +54,8 @@ from .definitions.retry import RetryPolicy
 from .definitions.schedules import Overlap, Schedule, ScheduleRecord
 from .durations import MAX_DURATION
 from .errors import (
+    AppDatabaseError,
+    AppDatabaseUnavailableError,
     AttributesNotSupportedError,
     BlockingCallInEventLoopError,
     BodyRaisedError,
@@ -89,6 +92,8 @@ from .errors import (
     StoreUnavailableError,
     StreamClosedError,
     TalkNotSupportedError,
+    TransactionConflictError,
+    TransactionStepError,
     UnknownCodecError,
     UnknownWorkflowError,
     UpdateConflictError,
@@ -111,6 +116,7 @@ from .primitives.patching import deprecate_patch, patched
 from .primitives.saga import CompensatedError, Saga, SagaUsageError, saga
 from .primitives.steps import Step, cleanup, workflow_step
 from .primitives.streams import close_stream, write_stream
+from .primitives.transactions import TransactionStep, transaction_step
 from .primitives.updates import UpdateRequest, recv_update
 from .primitives.waiting import now, random, recv, set_event, sleep, sleep_until
 from .runtime.config import WorkflowConfig
@@ -123,8 +129,25 @@ from .seams.operators import WorkflowFilter
 from .seams.plugins import register_observer, unregister_observer
 from .seams.records import StepStatus, WorkflowStatus
 from .seams.store import Claimer, Store
+from .seams.transactions import IsolationLevel
+
+if TYPE_CHECKING:
+    from .sql.app_database import AppDatabase
+
+
+def __getattr__(name: str) -> Any:
+    # AppDatabase needs SQLAlchemy, which ``import durable_core`` alone never loads.
+    if name == "AppDatabase":
+        from .sql.app_database import AppDatabase
+
+        return AppDatabase
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "AppDatabase",
+    "AppDatabaseError",
+    "AppDatabaseUnavailableError",
     "AttributeRange",
     "Attributes",
     "AttemptEvent",
@@ -181,6 +204,10 @@ __all__ = [
     "StoreUnavailableError",
     "StreamClosedError",
     "TalkNotSupportedError",
+    "TransactionConflictError",
+    "TransactionStep",
+    "TransactionStepError",
+    "IsolationLevel",
     "UpdateConflictError",
     "UpdateNotHandledError",
     "UpdateRejectedError",
@@ -237,6 +264,7 @@ __all__ = [
     "start_workflow_with_id",
     "start_workflows",
     "store_from_url",
+    "transaction_step",
     "unregister_observer",
     "use_codec",
     "use_store",

@@ -355,7 +355,36 @@ class StepTimeoutError(FrameworkError, TimeoutError):
     policy."""
 
 
+class TransactionStepError(FrameworkError):
+    """A transaction step was used wrongly: a durable call (a step, ``sleep``, ``recv``, a
+    child start, a message...) made inside its body, or a database that cannot run one."""
+
+    retryable = False
+
+
+class TransactionConflictError(FrameworkError):
+    """A transaction step's transaction was rolled back for a conflict with another one (a
+    serialization failure, a deadlock, a busy database, or another run of the same call
+    recording first): nothing was written, and the step runs again."""
+
+
+class AppDatabaseError(FrameworkError):
+    """An application database a transaction step writes to failed: its record table is
+    missing and cannot be made, or it refused the statement."""
+
+    retryable = False
+
+
+class AppDatabaseUnavailableError(AppDatabaseError):
+    """An application database could not be reached. Transient: retried as a failure of the
+    step (by its retry policy), else of the attempt."""
+
+    retryable = True
+
+
 __all__ = [
+    "AppDatabaseError",
+    "AppDatabaseUnavailableError",
     "AttributesNotSupportedError",
     "BlockingCallInEventLoopError",
     "BodyRaisedError",
@@ -388,6 +417,8 @@ __all__ = [
     "StoreUnavailableError",
     "StreamClosedError",
     "TalkNotSupportedError",
+    "TransactionConflictError",
+    "TransactionStepError",
     "UnknownCodecError",
     "UnknownWorkflowError",
     "EncryptionKeyError",

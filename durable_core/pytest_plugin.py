@@ -103,11 +103,16 @@ async def _migrated_sqlite(factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def workflow_runner(durable_sqlite_store: Store) -> WorkflowRunner:
-    """Runs the workflows of ``durable_sqlite_store`` in the test; ``.clock`` is its time."""
+async def workflow_runner(durable_sqlite_store: Store) -> AsyncIterator[WorkflowRunner]:
+    """Runs the workflows of ``durable_sqlite_store`` in the test; ``.clock`` is its time.
+    Transaction steps run on that SQLite database (or their ``AppDatabase``, closed when the
+    test ends)."""
     from .testing import WorkflowRunner
 
-    return WorkflowRunner(durable_sqlite_store)
+    yield WorkflowRunner(durable_sqlite_store)
+    from .sql.app_database import close_app_databases
+
+    await close_app_databases()
 
 
 @pytest.fixture(scope="session")

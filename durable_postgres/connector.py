@@ -18,6 +18,7 @@ import anyio
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from durable_core.sql import Failure, classify_sqlalchemy
 from durable_core.sql.connector import Params
@@ -46,6 +47,12 @@ _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.InvalidCatalogNameError,
 )
 _DIALECT = sa_asyncpg.dialect()  # type: ignore[no-untyped-call]
+STORE_ONLY_SETTINGS = ("plan_cache_mode", "enable_seqscan")
+"""Server settings the store's own sessions take (see :mod:`durable_postgres.store`) and a
+transaction step's do not, unless its URL names them."""
+_STEP_POOL_TIMEOUT = 3600.0
+"""How long a transaction step waits for a connection of its pool (a busy worker's steps
+take turns)."""
 _CACHE_LIMIT = 512
 _MISSING = object()
 
@@ -229,6 +236,7 @@ class AsyncpgConnector(_Statements):
         self.connect_options = dict(connect_options or {})
         self._compiled: dict[int, tuple[sa.Executable, Compiled]] = {}
         self._held: list[HeldConnection] = []
+        self._step_engine: AsyncEngine | None = None
         super().__init__(self.compile_once, None)
 
     @property
@@ -273,11 +281,49 @@ class AsyncpgConnector(_Statements):
                 **self.connect_options,
             )
 
+    def step_engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine transaction steps run on (made at first use): a pool of
+        its own, as large as this one, whose sessions keep the server's own planner
+        settings (the user's statements are planned as the server plans them)."""
+        if self._step_engine is None:
+            self.pool  # noqa: B018 - fails when the connector is not open
+            options = dict(self.connect_options)
+            settings = dict(options.get("server_settings") or {})
+            for name in STORE_ONLY_SETTINGS:
+                settings.pop(name, None)
+            options["server_settings"] = settings
+            dsn = self.dsn
+
+            async def connect() -> asyncpg.Connection:
+                return await asyncpg.connect(dsn, **options)
+
+            self._step_engine = create_async_engine(
+                "postgresql+asyncpg://",
+                async_creator=connect,
+                pool_size=self.max_size,
+                max_overflow=0,
+                pool_timeout=_STEP_POOL_TIMEOUT,
+            )
+        return self._step_engine
+
+    @asynccontextmanager
+    async def step_transaction(self, isolation: str) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction at ``isolation`` for a transaction step's body and
+        record (``BEGIN ISOLATION LEVEL ...``, one round trip), committed when the block
+        ends without error."""
+        async with self.step_engine().connect() as conn:
+            await conn.execution_options(isolation_level=isolation.upper())
+            async with conn.begin():
+                yield conn
+
     async def close(self) -> None:
         if self.target is not None:
             for held in self._held:
                 if not held.busy:  # one in flight fails as the pool closes under it
                     await held.release()
+        step_engine, self._step_engine = self._step_engine, None
+        if step_engine is not None:
+            await step_engine.dispose()
         pool, self.target = self.target, None
         if pool is not None:
             try:
@@ -299,7 +345,6 @@ class AsyncpgConnector(_Statements):
             yield _Statements(self.compiled, conn)
 
     async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
-        from sqlalchemy.ext.asyncio import create_async_engine
         from sqlalchemy.pool import NullPool
 
         self.pool  # noqa: B018 - fails when the connector is not open

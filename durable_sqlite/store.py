@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from durable_core.errors import InvalidDatabaseURLError
@@ -68,6 +69,15 @@ class SQLiteConnector(SQLAlchemyConnector):
             if self._keeper is not None:
                 keeper, self._keeper = self._keeper, None
                 keeper.close()  # the last connection: the database goes with it
+
+    @asynccontextmanager
+    async def step_transaction(self, isolation: str) -> AsyncIterator[AsyncConnection]:
+        """A transaction that holds the database's write lock from its start (``BEGIN
+        IMMEDIATE``): SQLite's transactions are serializable whatever ``isolation`` asks,
+        and a deferred one that read first would fail, not wait, when it came to write."""
+        async with self._begun() as conn:
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
 
     def create_engine(self) -> AsyncEngine:
         options = dict(self.engine_options)

@@ -1,4 +1,5 @@
-"""Per-step overhead, in-process: a persisted step against a bare call and two bare round trips.
+"""Per-step overhead, in-process: a persisted step against a bare call and two bare round trips,
+and a transaction step against a plain step and bare asyncpg doing the same INSERT.
 
 A workflow calling the same trivial step many times runs through the real
 ``Executor``; the body times each step call. On PostgreSQL the floor is the
@@ -22,7 +23,7 @@ from typing import Any
 import anyio.lowlevel
 import asyncpg
 
-from bench import app, sql
+from bench import app, sql, tx_steps
 from bench.common import Figure, ScenarioResult, Settings, median, reset
 from bench.floor import LEASE_SECONDS, STEP_INPUT, STEP_OUTPUT, claim_args, enqueue_args
 from durable_core import DurableClient, Executor, WorkflowConfig
@@ -277,6 +278,59 @@ async def run(settings: Settings, result: ScenarioResult) -> None:
         await pool.close()
         await conn.close()
 
+    inserts, insert_cpu = await tx_steps.measure(settings, count, rounds)
+    bare_insert = median(inserts["bare"])
+    for kind, name, note in (
+        (
+            "here",
+            "transaction step: one INSERT, the store's own database",
+            "its record is the step's row, in the INSERT's transaction",
+        ),
+        (
+            "elsewhere",
+            "transaction step: one INSERT, another database",
+            "its record is a durable_step_outputs row there; the step's row after",
+        ),
+        (
+            "plain",
+            "plain step doing the same INSERT (at least once)",
+            "start_step, a transaction of its own (SQLAlchemy), complete_step",
+        ),
+    ):
+        result.add(
+            Figure(
+                name=name,
+                unit="us",
+                value=median(inserts[kind]),
+                floor=bare_insert,
+                better="lower",
+                note=f"floor = BEGIN; INSERT; COMMIT by bare asyncpg; {note}",
+            )
+        )
+    result.add(
+        Figure(
+            name="transaction step (store's database) / plain step doing the same INSERT",
+            unit="us",
+            value=median(inserts["here"]),
+            floor=median(inserts["plain"]),
+            better="lower",
+            note="floor = the plain step's figure above, same run",
+        )
+    )
+    result.add(
+        Figure(
+            name="CPU per transaction step (store's database), this process",
+            unit="us",
+            value=median(insert_cpu["here"]),
+            floor=median(insert_cpu["bare"]),
+            better="lower",
+            note=f"floor = bare asyncpg's CPU per INSERT transaction; a plain step doing the "
+            f"same INSERT: {median(insert_cpu['plain']):.0f} us, another database: "
+            f"{median(insert_cpu['elsewhere']):.0f} us",
+        )
+    )
+    result.details["insert_us"] = {kind: median(values) for kind, values in inserts.items()}
+    result.details["insert_cpu_us"] = {k: median(v) for k, v in insert_cpu.items()}
     bare_us = bare_ns / 1000
     result.add(
         Figure(

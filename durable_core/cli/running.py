@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -96,6 +97,14 @@ def add_commands(commands: Any) -> None:
 
     migrate = with_database(
         commands.add_parser("migrate", help="create or upgrade the durable tables in place")
+    )
+    migrate.add_argument(
+        "--app-database",
+        action="append",
+        metavar="URL",
+        help="make the record table of transaction steps in this application database "
+        "(repeatable); the durable tables are then migrated only when a database URL is given "
+        f"(--database-url or ${DATABASE_URL_ENV})",
     )
     migrate.set_defaults(run=_migrate)
 
@@ -220,7 +229,7 @@ async def _worker(args: argparse.Namespace, supervised: Supervised | None) -> in
         if worker_id:
             worker_id = f"{worker_id}-{supervised.index}"
     url = None if args.embedded else args.database_url
-    async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store:
+    async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store, closing():
         worker = WorkflowWorker(store, config, worker_id=worker_id, queues=args.queue)
         async with anyio.create_task_group() as tasks:
             if supervised is not None:
@@ -240,6 +249,17 @@ async def _worker(args: argparse.Namespace, supervised: Supervised | None) -> in
         args.exit_now = True  # not after the threads of steps that never end: see main()
         return 1
     return 0
+
+
+@asynccontextmanager
+async def closing() -> AsyncIterator[None]:
+    """Close the application databases the worker's transaction steps opened, as it stops."""
+    try:
+        yield
+    finally:
+        from ..sql.app_database import close_app_databases
+
+        await close_app_databases()
 
 
 def _metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
@@ -316,6 +336,13 @@ async def _start(args: argparse.Namespace) -> int:
 
 
 async def _migrate(args: argparse.Namespace) -> int:
+    from ..sql.app_database import AppDatabase
+
+    for url in args.app_database or ():
+        async with AppDatabase(url) as database:
+            print(f"transaction step records ready in {database.description}")
+    if args.app_database and not (args.database_url or database_url_from_env()):
+        return 0
     async with opened_store(args.database_url, args.embedded_dir) as store:
         await store.apply_schema()
         print(f"durable schema at version {SCHEMA_VERSION} in {store.description}")

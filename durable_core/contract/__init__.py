@@ -29,6 +29,7 @@ the class of each role it plays instead: :class:`CallerContract` (enqueue and
 read; no other role needed), :class:`RunContract`, :class:`AttemptContract`,
 :class:`AdminContract`, :class:`ScheduleContract`, and those that need several:
 :class:`WaitingContract`, :class:`EffectsContract` (a body's effects, fenced),
+:class:`TransactionContract` (transaction steps on the store's own database),
 :class:`EngineContract` (through the executor, what
 a :class:`~durable_core.testing.WorkflowRunner` needs), :class:`ListingContract`.
 
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from .store_contract import StoreContract
     from .support import Tamper, default_tamper, engine_tamper
     from .talk_contract import StreamsContract, UpdatesContract
+    from .transaction_contract import TransactionContract
     from .waiting_contract import WaitingContract
 
 _WHERE = {
@@ -96,6 +98,7 @@ _WHERE = {
     "ScheduleOverlapContract": "schedule_overlap_contract",
     "StoreContract": "store_contract",
     "StreamsContract": "talk_contract",
+    "TransactionContract": "transaction_contract",
     "UpdatesContract": "talk_contract",
     "Tamper": "support",
     "default_tamper": "support",
@@ -124,6 +127,7 @@ __all__ = [
     "StoreContract",
     "StreamsContract",
     "Tamper",
+    "TransactionContract",
     "UpdatesContract",
     "default_tamper",
     "engine_tamper",

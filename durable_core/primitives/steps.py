@@ -16,7 +16,7 @@ from ..definitions.registry import declared_timeout, qualified_name
 from ..definitions.retry import RetryPolicy
 from ..errors import RegistrationError, StepTimeoutError
 from ..runtime.context import WorkflowContext
-from ..runtime.in_step import inside_step
+from ..runtime.in_step import inside_step, refuse_in_transaction
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -68,6 +68,7 @@ class Step(Generic[P, R]):
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         ctx = WorkflowContext.current()
         if ctx is None or inside_step():
+            refuse_in_transaction(f"step {self.name!r} called")
             return await self.run_body(*args, **kwargs)
         return cast(R, await ctx.run.run_step(self, args, kwargs))
 

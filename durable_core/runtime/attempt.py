@@ -8,8 +8,9 @@ cancel scope, the writes (to the store, or through a group commit) in the order
 their durability needs, and how the attempt ended (:class:`Ending`, decided once).
 
 Each primitive is one method of it (here, or in its parts: :mod:`.waits`,
-:mod:`.effects`, :mod:`.compensation`); the public functions (:func:`durable_core.sleep`,
-:func:`durable_core.recv`, ...) only check their arguments and call it.
+:mod:`.effects`, :mod:`.compensation`, :mod:`.transactions`); the public functions
+(:func:`durable_core.sleep`, :func:`durable_core.recv`, ...) only check their arguments
+and call it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .in_step import enter_step, leave_step
 from .journal import Call, Journal
 from .step_body import StepBody
 from .suspension import Suspension, stopped
+from .transactions import Transactions
 from .waits import Waits
 
 
@@ -85,11 +87,12 @@ class ReplayStopped(BaseException):
     """Ends a branch of a replay check that went as far as its history goes."""
 
 
-class Attempt(Waits, Effects, Sagas):
+class Attempt(Waits, Effects, Sagas, Transactions):
     """One attempt of one claimed workflow, from its claim to its settlement; its waits are
     :class:`~durable_core.runtime.waits.Waits`, its effects beyond steps and waits
     :class:`~durable_core.runtime.effects.Effects`, its sagas' calls
-    :class:`~durable_core.runtime.compensation.Sagas`."""
+    :class:`~durable_core.runtime.compensation.Sagas`, its transaction steps
+    :class:`~durable_core.runtime.transactions.Transactions`."""
 
     def __init__(
         self,

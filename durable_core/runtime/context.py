@@ -13,7 +13,7 @@ from ..definitions import registry
 from ..definitions.schedules import scheduled_at
 from ..errors import FrameworkError
 from ..seams.store import Store
-from .in_step import inside_step
+from .in_step import inside_step, refuse_in_transaction
 
 if TYPE_CHECKING:
     from .attempt import Attempt
@@ -82,11 +82,13 @@ def body_context(primitive: str | None = None) -> WorkflowContext | None:
     """The running workflow when called from its body (not from a step), else ``None``.
 
     With ``primitive``, a call from a step raises: that primitive works only in a body.
+    Any call from a transaction step raises: nothing durable runs in its transaction.
     """
     ctx = _current.get()
     if ctx is None:
         return None
     if inside_step():
+        refuse_in_transaction(primitive or "a durable call (sleep, a child start, a message...)")
         if primitive is not None:
             raise FrameworkError(
                 f"{primitive} works in a workflow body, not inside a step "

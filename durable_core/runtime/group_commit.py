@@ -151,6 +151,25 @@ class GroupCommit:
         )
         await self._pay(lease)
 
+    async def writes_elsewhere(self, lease: Lease, step_index: int) -> bool:
+        """The end of the try of step ``step_index`` is written by the caller's own
+        transaction (a transaction step on the store's database): its ``running`` row is no
+        longer written here (one in flight is waited for, so it cannot land after that
+        transaction's row). Whether it was written."""
+        start = self._begun(lease, step_index)
+        if start.state == WRITING:
+            assert start.carrier is not None
+            await start.carrier.flushed()
+        self._tries.unlist(start)
+        return start.state == WRITTEN
+
+    def ended_elsewhere(self, lease: Lease, step_index: int) -> None:
+        """The transaction that wrote the end of the try of step ``step_index`` committed:
+        the try is over, with nothing to write here."""
+        start = self._tries.get(lease, step_index)
+        if start is not None:
+            self._tries.end(start, StepStatus.SUCCEEDED, None, None)
+
     async def committed(self, lease: Lease) -> None:
         """Return once every write of the workflow of ``lease`` has committed (before an
         action that depends on them: a child start, a send)."""

@@ -69,6 +69,11 @@ class StepTries:
             start.path,
         )
 
+    def unlist(self, start: Start) -> None:
+        """The try ``start``'s ``running`` row is not to be written (its end is written
+        elsewhere); it stays begun."""
+        self._unwritten.pop((start.lease.workflow_id, start.index), None)
+
     def due(self, after: float) -> list[Start]:
         """The tries that have run ``after`` seconds with no ``running`` row: theirs is now
         to be written (they leave the unwritten)."""

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
 from ..redaction import redact
 from ..seams.records import BodyCall, Lease, NewWorkflow
+from ..seams.transactions import StepDatabase
 from . import errors, migrations
 from .connector import Connector, Fetcher, Params, Row, Session
 from .dialect import SQLDialect
@@ -159,6 +160,12 @@ class SQLStoreBase:
     async def _run_sync(self, operation: str, work: Any) -> Any:
         with self._translated(operation) as connector:
             return await connector.run_sync(work)
+
+    def step_database(self) -> StepDatabase:
+        """This store's database, for transaction steps (their record is the step's row)."""
+        from .transactions import StoreTransactions
+
+        return StoreTransactions(self)
 
     async def check_values(self, operation: str, *texts: str | None) -> None:
         """Refuse values the database could not take in one write (nothing by default)."""

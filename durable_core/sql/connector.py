@@ -223,6 +223,19 @@ class SQLAlchemyConnector:
         async with self.transaction() as session:
             await session.execute_many(statement, params)
 
+    @asynccontextmanager
+    async def step_transaction(self, isolation: str) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction at ``isolation`` (``"read committed"``...) for a
+        transaction step's body and record, committed when the block ends without error."""
+        if self._turn is not None:
+            async with self._begun() as conn:  # the one connection: no level of its own
+                yield conn
+            return
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level=isolation.upper())
+            async with conn.begin():
+                yield conn
+
     async def run_sync(self, work: Callable[[sa.Connection], T]) -> T:
         async with self._begun() as conn:
             with anyio.CancelScope(shield=self.one_connection):

@@ -286,6 +286,13 @@ class Statements:
         self.record_step = self._put_step(
             const(StepStatus.SUCCEEDED.value), output=param("output_json"), completed_at=now
         )
+        # A transaction step's try that wrote no running row ends counted as one more try.
+        self.record_step_try = self._put_step(
+            const(StepStatus.SUCCEEDED.value),
+            output=param("output_json"),
+            completed_at=now,
+            tries=True,
+        )
         # Written just before the workflow row is updated in the same transaction: the
         # row is locked for update at once, never upgraded from a shared lock.
         self.wait_step = self._put_step(

@@ -15,6 +15,7 @@ from durable_core.contract import (
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
+    TransactionContract,
     UpdatesContract,
 )
 from durable_core.sql import schema
@@ -57,5 +58,6 @@ class TestMySQLStore(
     CompensationContract,
     DebounceContract,
     ErasureContract,
+    TransactionContract,
 ):
     pass

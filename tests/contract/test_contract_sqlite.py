@@ -16,6 +16,7 @@ from durable_core.contract import (
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
+    TransactionContract,
     UpdatesContract,
 )
 from durable_sqlite import SQLiteStore
@@ -53,5 +54,6 @@ class TestSQLiteStore(
     CompensationContract,
     DebounceContract,
     ErasureContract,
+    TransactionContract,
 ):
     pass

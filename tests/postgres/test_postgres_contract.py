@@ -18,6 +18,7 @@ from durable_core.contract import (
     StoreContract,
     StreamsContract,
     Tamper,
+    TransactionContract,
     UpdatesContract,
 )
 from durable_core.sql.schema import WORKFLOW_TABLES
@@ -92,5 +93,6 @@ class TestPostgresStore(
     ErasureContract,
     AttributesContract,
     LivenessContract,
+    TransactionContract,
 ):
     pass
