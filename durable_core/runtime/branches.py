@@ -46,7 +46,7 @@ class Owner(Protocol):
 class Branch:
     """One task of a workflow body: its name (prefix), its next call, the tasks it started."""
 
-    __slots__ = ("calls", "ended", "journal", "prefix", "quiet", "spawned", "task")
+    __slots__ = ("calls", "journal", "prefix", "quiet", "spawned", "task")
 
     def __init__(self, journal: Owner, task: asyncio.Future[Any] | None, prefix: str) -> None:
         self.journal = journal
@@ -59,8 +59,6 @@ class Branch:
         """How many branches this branch has started."""
         self.quiet = 0
         """Durable calls of this branch under way: tasks created meanwhile are no branches."""
-        self.ended = False
-        """Its task returned or raised (not: was cancelled)."""
 
     def __repr__(self) -> str:
         return f"<branch {self.prefix or 'body'}>"

@@ -148,8 +148,7 @@ class Journal:
 
     def _task_done(self, task: asyncio.Future[Any]) -> None:
         branch = self._branches.pop(task, None)
-        if branch is not None and not task.cancelled():
-            branch.ended = True
+        if branch is not None and not task.cancelled():  # it returned or raised
             self._branch_ended(branch)
 
     def tasks(self) -> Iterator[asyncio.Future[Any]]:
@@ -167,6 +166,8 @@ class Journal:
     def _branch_ended(self, branch: Branch) -> None:
         """``branch`` returned or raised: the calls recorded under its name that it did not
         make, and those of the branches it did not start, can no longer be reached."""
+        if not self._numbered:
+            return  # a first run: nothing recorded to leave behind
         prefix, calls, spawned = branch.prefix, branch.calls, branch.spawned
         for owner, numbers in self._numbered.items():
             if not owner.startswith(prefix):
