@@ -78,6 +78,9 @@ T = TypeVar("T")
 
 _MAX_STORE_BACKOFF = 2.0
 
+NEW = object()
+"""What :meth:`Attempt._step_input` gives for a call the journal has no output for."""
+
 SUSPEND_RETRY_AFTER = 5.0
 """A step retry due later than this many seconds waits as a durable wait (the workflow
 suspends once nothing else runs) instead of holding its worker slot."""
@@ -186,34 +189,14 @@ class Attempt(Waits, Effects, Sagas, Transactions):
         """Run ``step`` durably: its recorded output on a replay, else its body, retried by
         its policy, with each try and its end recorded (at the path ``at``: a saga's)."""
         call = self.journal.call(step.name, at=at)
-        what = f"input of step {step.name!r} (index {call.index})"
-        try:
-            # A recorded input is compared with this one written by the same codec.
-            like = None if call.recorded is None else call.recorded.input
-            input_json = encode_arguments(args, kwargs, what=what, like=like)
-            if like is not None and input_json != like and same_arguments(like, args, kwargs):
-                input_json = like  # the same values, stored before a class was renamed
-            if call.recorded is not None:
-                self.journal.check(call, input_json, step=True)
-                if call.output is not None:
-                    value = decode(call.output, what=f"cached output of step {step.name!r}")
-                    self._replayed(call)
-                    return value
-        except FrameworkError:
-            self.failed_step = (call.index, step.name)
-            raise
+        input_json, value = self._step_input(call, args, kwargs)
+        if value is not NEW:
+            return value
         if self.replaying:
             await self.past_history()
         await self._enter(call)
         try:
-            tries = 1
-            recorded = call.recorded
-            if recorded is not None and recorded.status is StepStatus.WAITING:
-                state = json.loads(recorded.output or "{}")
-                tries = int(state["tries"])
-                deadline = datetime.fromisoformat(state["deadline"])
-                await self._retry_wait(call, input_json, tries, deadline)
-                tries += 1
+            tries = await self._first_try(call, input_json)
             group = self.group
             while True:
                 # The short path: a start that need not wait is recorded at once.
@@ -249,18 +232,7 @@ class Attempt(Waits, Effects, Sagas, Transactions):
                     )
                 except Exception as exc:
                     await self._step_failed(call, exc)
-                    policy = step.retry
-                    if policy is None:
-                        raise
-                    if not policy.retries(exc) or tries >= policy.max_attempts:
-                        self.given_up.append(exc)  # its policy decided: if it escapes, it fails
-                        raise
-                    delay = policy.delay(tries)
-                    if delay > SUSPEND_RETRY_AFTER and not compensating.get():
-                        deadline = self.clock() + timedelta(seconds=delay)
-                        await self._retry_wait(call, input_json, tries, deadline)
-                    else:
-                        await anyio.sleep(delay)
+                    await self._next_try(call, input_json, step.retry, exc, tries)
                     tries += 1
                     continue
                 finally:
@@ -278,6 +250,61 @@ class Attempt(Waits, Effects, Sagas, Transactions):
                 return result
         finally:
             self._leave(call)
+
+    def _step_input(self, call: Call, args: tuple[Any, ...], kwargs: Any) -> tuple[str, Any]:
+        """A step call's input JSON, checked against what the journal holds at its path, and
+        its recorded output when a replay returns it (else :data:`NEW`)."""
+        what = f"input of step {call.name!r} (index {call.index})"
+        try:
+            # A recorded input is compared with this one written by the same codec.
+            like = None if call.recorded is None else call.recorded.input
+            input_json = encode_arguments(args, kwargs, what=what, like=like)
+            if like is not None and input_json != like and same_arguments(like, args, kwargs):
+                input_json = like  # the same values, stored before a class was renamed
+            if call.recorded is not None:
+                self.journal.check(call, input_json, step=True)
+                if call.output is not None:
+                    value = decode(call.output, what=f"cached output of step {call.name!r}")
+                    self._replayed(call)
+                    return input_json, value
+        except FrameworkError:
+            self.failed_step = (call.index, call.name)
+            raise
+        return input_json, NEW
+
+    async def _first_try(self, call: Call, input_json: str) -> int:
+        """The number of the step's first try in this attempt: 1, or the one after the
+        retry an earlier attempt was waiting for (waited out first)."""
+        recorded = call.recorded
+        if recorded is None or recorded.status is not StepStatus.WAITING:
+            return 1
+        state = json.loads(recorded.output or "{}")
+        tries = int(state["tries"])
+        await self._retry_wait(call, input_json, tries, datetime.fromisoformat(state["deadline"]))
+        return tries + 1
+
+    async def _next_try(
+        self,
+        call: Call,
+        input_json: str,
+        policy: RetryPolicy | None,
+        error: BaseException,
+        tries: int,
+    ) -> None:
+        """After the ``tries``-th try of a step failed with ``error``: raise it when
+        ``policy`` gives up (a step's policy decides: if it escapes, the workflow fails),
+        else return when the next try is due (a durable wait when that is far)."""
+        if policy is None:
+            raise error
+        if not policy.retries(error) or tries >= policy.max_attempts:
+            self.given_up.append(error)
+            raise error
+        delay = policy.delay(tries)
+        if delay > SUSPEND_RETRY_AFTER and not compensating.get():
+            deadline = self.clock() + timedelta(seconds=delay)
+            await self._retry_wait(call, input_json, tries, deadline)
+        else:
+            await anyio.sleep(delay)
 
     async def effect(
         self,

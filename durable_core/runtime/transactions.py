@@ -20,16 +20,15 @@ try of the step that failed; the step's policy retries the body's own errors.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from ..codec import decode, encode, encode_arguments, same_arguments
+from ..codec import decode, encode
 from ..definitions.retry import RetryPolicy
 from ..errors import (
     FrameworkError,
@@ -38,10 +37,9 @@ from ..errors import (
     TransactionConflictError,
 )
 from ..seams.plugins import observers, observing
-from ..seams.records import ClaimedWorkflow, Lease, StepStatus
+from ..seams.records import ClaimedWorkflow, Lease
 from ..seams.store import StepWriter, Store
 from ..seams.transactions import IsolationLevel, StepDatabase, TransactionCall
-from .compensation import compensating
 from .group_commit import GroupCommit
 from .in_step import enter_step, enter_transaction, leave_step, leave_transaction
 from .journal import Call, Journal
@@ -114,8 +112,17 @@ class Door(Protocol):
 
     async def _step_failed(self, call: Call, exc: Exception) -> None: ...
 
-    async def _retry_wait(
-        self, call: Call, input_json: str, tries: int, deadline: datetime
+    def _step_input(self, call: Call, args: tuple[Any, ...], kwargs: Any) -> tuple[str, Any]: ...
+
+    async def _first_try(self, call: Call, input_json: str) -> int: ...
+
+    async def _next_try(
+        self,
+        call: Call,
+        input_json: str,
+        policy: RetryPolicy | None,
+        error: BaseException,
+        tries: int,
     ) -> None: ...
 
     def _replayed(self, call: Call) -> None: ...
@@ -137,21 +144,13 @@ class Transactions:
         """Run the transaction step ``step`` durably: its recorded output on a replay (from
         the store, or from its database's record), else its body and its record in one
         transaction, retried on a conflict and by its policy."""
-        from .attempt import SUSPEND_RETRY_AFTER, Ending
+        from .attempt import NEW, Ending
 
         call = self.journal.call(step.name)
-        what = f"input of transaction step {step.name!r} (index {call.index})"
+        input_json, value = self._step_input(call, args, kwargs)
+        if value is not NEW:
+            return value
         try:
-            like = None if call.recorded is None else call.recorded.input
-            input_json = encode_arguments(args, kwargs, what=what, like=like)
-            if like is not None and input_json != like and same_arguments(like, args, kwargs):
-                input_json = like
-            if call.recorded is not None:
-                self.journal.check(call, input_json, step=True)
-                if call.output is not None:
-                    value = decode(call.output, what=f"cached output of step {step.name!r}")
-                    self._replayed(call)
-                    return value
             database = step.database_for(self.store)
         except FrameworkError:
             self.failed_step = (call.index, step.name)
@@ -160,15 +159,8 @@ class Transactions:
             await self.past_history()
         await self._enter(call)
         try:
-            tries, conflicts = 1, 0
-            recorded = call.recorded
-            if recorded is not None and recorded.status is StepStatus.WAITING:
-                state = json.loads(recorded.output or "{}")
-                tries = int(state["tries"])
-                await self._retry_wait(
-                    call, input_json, tries, datetime.fromisoformat(state["deadline"])
-                )
-                tries += 1
+            conflicts = 0
+            tries = await self._first_try(call, input_json)
             # A record of the call may have committed unseen: on another database, in any
             # run; on the store's, only in a try of this attempt whose end was not known.
             check = not database.records_steps
@@ -244,23 +236,9 @@ class Transactions:
                         await anyio.sleep(CONFLICT_BACKOFF.delay(conflicts))
                         tries += 1
                         continue
-                    policy = step.retry
-                    if (
-                        policy is None
-                        or not policy.retries(failure)
-                        or tries >= policy.max_attempts
-                    ):
-                        if policy is not None:
-                            self.given_up.append(failure)
-                        if failure is exc:
-                            raise
-                        raise failure from exc
-                    delay = policy.delay(tries)
-                    if delay > SUSPEND_RETRY_AFTER and not compensating.get():
-                        deadline = self.clock() + timedelta(seconds=delay)
-                        await self._retry_wait(call, input_json, tries, deadline)
-                    else:
-                        await anyio.sleep(delay)
+                    if failure is not exc:
+                        failure.__cause__ = exc
+                    await self._next_try(call, input_json, step.retry, failure, tries)
                     tries += 1
                     continue
                 finally:
