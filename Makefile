@@ -32,6 +32,7 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # The docs site (mkdocs.yml): warnings are errors, so a broken link or a stale API name fails
 # (not --quiet: it drops the warnings --strict counts). `make docs-serve` serves it locally.

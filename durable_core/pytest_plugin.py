@@ -20,6 +20,7 @@ The async fixtures run on anyio's pytest plugin; mark async tests ``@pytest.mark
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from .caller.backends import store_from_url
 
 if TYPE_CHECKING:
     from .runtime.worker_process import WorkerProcess
@@ -78,25 +81,33 @@ async def durable_sqlite_store(
     """A fresh SQLite database (``durable.db`` in ``tmp_path``) with the schema applied: a
     copy of one the session migrated once. Needs the ``[sqlite]`` extra."""
     _require("durable_sqlite_store", "durable_sqlite")
-    from durable_sqlite import SQLiteStore
-
     path = tmp_path / "durable.db"
     shutil.copyfile(await _migrated_sqlite(tmp_path_factory), path)
-    async with SQLiteStore(f"sqlite:///{path}") as store:
+    async with _opened(f"sqlite:///{path}") as store:
         await store.apply_schema()  # checks the copy's version
         yield store
+
+
+@contextlib.asynccontextmanager
+async def _opened(url: str) -> AsyncIterator[Store]:
+    """The store for ``url``, from whichever installed backend accepts it, open until the
+    block ends."""
+    store = store_from_url(url)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def _migrated_sqlite(factory: pytest.TempPathFactory) -> Path:
     """A SQLite database with the schema applied, made the first time a session asks (the
     schema is some sixty statements; a test's copy is one file)."""
-    from durable_sqlite import SQLiteStore
-
     migrated = factory.getbasetemp() / "durable-migrated.db"
     if not migrated.exists():
         making = migrated.with_name("durable-migrating.db")
         making.unlink(missing_ok=True)
-        async with SQLiteStore(f"sqlite:///{making}") as store:
+        async with _opened(f"sqlite:///{making}") as store:
             await store.apply_schema()
         making.rename(migrated)  # only whole: a failed migration leaves no copy to take
     return migrated
@@ -137,20 +148,16 @@ async def durable_postgres_store(
     """A store on the test PostgreSQL database, migrated and holding no workflows. Needs
     the ``[postgres]`` extra."""
     _require("durable_postgres_store", "durable_postgres")
-    import asyncpg
+    import sqlalchemy as sa
 
-    from durable_postgres import PostgresStore
-    from durable_postgres.store import normalize_url
-
+    from .sql.base import SQLStoreBase
     from .sql.schema import WORKFLOW_TABLES
 
-    async with PostgresStore(durable_postgres_url) as store:
+    async with _opened(durable_postgres_url) as store:
         await store.apply_schema()
-        conn = await asyncpg.connect(normalize_url(durable_postgres_url)[0])
-        try:
-            await conn.execute(f"TRUNCATE {WORKFLOW_TABLES}")
-        finally:
-            await conn.close()
+        if not isinstance(store, SQLStoreBase):
+            pytest.fail(f"{durable_postgres_url!r} did not open a SQL store", pytrace=False)
+        await store.connector.execute(sa.text(f"TRUNCATE {WORKFLOW_TABLES}"))
         yield store
 
 
