@@ -23,7 +23,6 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 from typing import TYPE_CHECKING, Any
 
-from . import _moved
 from .caller.backends import open_store, store_from_url
 from .caller.client import (
     DurableClient,
@@ -278,5 +277,3 @@ try:
     """The installed distribution's version (``durable --version`` prints it too)."""
 except _PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
-
-_moved.install()

@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
-from pluggy import PluginValidationError
 
 import durable_core
 from durable_core import (
@@ -36,6 +35,7 @@ from durable_core import (
 )
 from durable_core.contract import workflows as wfs
 from durable_core.contract.support import unique_name
+from durable_core.errors import ConfigurationError
 from durable_core.runtime.worker import WorkflowWorker
 from durable_core.seams.events import ATTEMPT_FIELDS, AttemptEvent
 from durable_core.seams.hookspecs import ObserverSpec
@@ -495,7 +495,7 @@ async def test_a_raising_observer_leaves_the_outcome_unchanged_and_is_logged(
 
 
 class EarlierSignatures:
-    """An observer written for the hooks' earlier signatures: the attempt's fields as
+    """An observer written for the hooks' signatures before 0.1: the attempt's fields as
     arguments of their own, not ``attempt``."""
 
     def __init__(self) -> None:
@@ -516,33 +516,15 @@ class EarlierSignatures:
         self.seen.append(("enqueued", workflow_id))
 
 
-async def test_an_observer_of_the_earlier_signatures_is_adapted_with_a_warning(
-    sqlite_store: Store, key: str
-) -> None:
+def test_an_observer_of_the_earlier_signatures_is_refused_naming_the_arguments() -> None:
     observer = EarlierSignatures()
-    with pytest.warns(DeprecationWarning) as warned:
+    with pytest.raises(ConfigurationError) as refused:
         register_observer(observer, name="earlier")
-    try:
-        handle = await DurableClient(sqlite_store).start_workflow(wfs.three_steps, key)
-        await WorkflowRunner(sqlite_store, worker_id="obs-old").run_until_complete(handle)
-    finally:
-        unregister_observer(observer)
-    assert sorted(str(w.message) for w in warned) == [
-        "observer earlier's durable_step_started takes worker_id, workflow_id, attempts: take "
-        "`attempt` (an AttemptEvent, durable_core.seams.events) instead; adapted for now",
-        "observer earlier's durable_workflow_succeeded takes workflow_id, max_attempts: take "
-        "`attempt` (an AttemptEvent, durable_core.seams.events) instead; adapted for now",
-    ]
-    *seen, (event, workflow_id, max_attempts, output) = observer.seen
-    assert seen == [
-        ("enqueued", handle.id),
-        *(
-            ("step_started", "obs-old", handle.id, 1, step.name)
-            for step in (wfs.step_one, wfs.step_two, wfs.step_three)
-        ),
-    ]
-    assert (event, workflow_id, max_attempts) == ("succeeded", handle.id, 3)
-    assert json.loads(output) == [f"{key}:1", f"{key}:1:2", f"{key}:1:2:3"]
+    message = str(refused.value)
+    assert message.startswith("observer 'earlier' refused: ")
+    assert "durable_step_started" in message and "\n" not in message
+    assert all(name in message for name in ("'worker_id'", "'workflow_id'", "'attempts'"))
+    assert "earlier" not in {name for name, _ in plugin_manager().list_name_plugin()}
 
 
 def test_an_observer_naming_an_argument_of_no_signature_is_refused() -> None:
@@ -550,7 +532,7 @@ def test_an_observer_naming_an_argument_of_no_signature_is_refused() -> None:
         @hookimpl
         def durable_lease_lost(self, workflow_id: str, colour: str) -> None: ...
 
-    with pytest.raises(PluginValidationError, match="colour"):
+    with pytest.raises(ConfigurationError, match="colour"):
         register_observer(Wrong(), name="wrong")
     assert plugin_manager().get_plugin("wrong") is None
 

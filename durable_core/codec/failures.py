@@ -8,7 +8,6 @@ import sys
 import traceback
 from typing import Any
 
-from .._moved import current_name
 from ..errors import (
     FrameworkError,
     WorkflowCancelledError,
@@ -173,7 +172,7 @@ def _resolve(name: object) -> type[Exception] | None:
     up without importing or running a module's ``__getattr__``."""
     if not isinstance(name, str):
         return None
-    parts = current_name(name).split(".")
+    parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         found: object = sys.modules.get(".".join(parts[:cut]))
         for part in parts[cut:]:

@@ -20,7 +20,6 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from .._moved import current_name
 from ..errors import RegistrationError
 from .text import DecodeProblem, Refusal, type_name
 
@@ -239,7 +238,7 @@ def resolve(ref: str, tag: str) -> object:
     found: Any = _resolved.get(ref)
     if found is not None:
         return found
-    module, sep, qualname = current_name(ref).partition(":")
+    module, sep, qualname = ref.partition(":")
     parts = qualname.split(".")
     if (
         not sep

@@ -36,7 +36,7 @@ from ..redaction import get_logger
 from ..seams.events import AttemptEvent
 from ..seams.plugins import observers, observing
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
-from ..seams.store import StepWriter, Store
+from ..seams.store import AttemptStore, Store
 from .branches import branch_var, current_task
 from .compensation import Sagas, compensating
 from .config import WorkflowConfig
@@ -107,7 +107,7 @@ class Attempt(Waits, Effects, Sagas, Transactions):
     ) -> None:
         self.store = store
         self.group = group
-        self.writes: StepWriter = store if group is None else group
+        self.writes: AttemptStore = store if group is None else group
         """What step rows and the settlement go through (the store, or a group commit)."""
         self.config = config
         self.claimed = claimed

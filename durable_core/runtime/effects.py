@@ -20,7 +20,7 @@ from ..seams.attributes import AttributeValue, attributes_of
 from ..seams.plugins import message_sent
 from ..seams.records import BodyCall, ClaimedWorkflow, Lease, NewWorkflow, StepStatus, WaitKind
 from ..seams.roles import CallerStore
-from ..seams.store import StepWriter, Store
+from ..seams.store import AttemptStore, Store
 from ..seams.talk_roles import streams_of, updates_of
 from .config import WorkflowConfig
 from .journal import Call, Journal, derived_id
@@ -35,7 +35,7 @@ class Door(Protocol):
     """What :class:`Effects` uses of the attempt it is part of."""
 
     store: Store
-    writes: StepWriter
+    writes: AttemptStore
     lease: Lease
     claimed: ClaimedWorkflow
     config: WorkflowConfig

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..seams.plugins import observers, observing
 from ..seams.records import ClaimedWorkflow, Lease
-from ..seams.store import StepWriter, Store
+from ..seams.store import AttemptStore, Store
 from ..seams.transactions import IsolationLevel, StepDatabase, TransactionCall
 from .group_commit import GroupCommit
 from .in_step import enter_step, enter_transaction, leave_step, leave_transaction
@@ -86,7 +86,7 @@ class Door(Protocol):
 
     store: Store
     group: GroupCommit | None
-    writes: StepWriter
+    writes: AttemptStore
     lease: Lease
     claimed: ClaimedWorkflow
     journal: Journal

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from ..seams.records import Lease, StepStatus, Wait, WaitKind
-from ..seams.store import StepWriter
+from ..seams.store import AttemptStore
 from .journal import Call
 from .suspension import Suspension
 
@@ -21,7 +21,7 @@ T = TypeVar("T")
 class WaitDoor(Protocol):
     """What :class:`Waits` uses of the attempt it is part of."""
 
-    writes: StepWriter
+    writes: AttemptStore
     lease: Lease
     clock: Callable[[], datetime]
     calls: Suspension

@@ -5,7 +5,6 @@ can watch (the pytest way: specs in a module of their own, implemented with
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -57,10 +56,7 @@ class ObserverSpec:
 
     A hook about one attempt of a workflow receives it as ``attempt``, an
     :class:`~durable_core.seams.events.AttemptEvent` (``worker_id``, ``workflow_id``,
-    ``workflow_name``, ``attempts``, ``max_attempts``), besides what is particular to it.
-    An observer written for the earlier signatures, which took those fields as separate
-    arguments, still works: it is adapted, with a :class:`DeprecationWarning`, when it is
-    registered."""
+    ``workflow_name``, ``attempts``, ``max_attempts``), besides what is particular to it."""
 
     @hookspec
     def durable_workflow_enqueued(
@@ -162,13 +158,6 @@ class ObserverSpec:
     def durable_worker_stopping(self, worker_id: str, in_flight: int) -> None:
         """A worker stopped claiming and is waiting for ``in_flight`` workflows."""
 
-
-ATTEMPT_HOOKS = frozenset(
-    name
-    for name, spec in vars(ObserverSpec).items()
-    if name.startswith("durable_") and "attempt" in inspect.signature(spec).parameters
-)
-"""The observer hooks that receive an :class:`~durable_core.seams.events.AttemptEvent`."""
 
 OBSERVER_HOOKS = frozenset(
     name

@@ -4,10 +4,7 @@ Plugins are found the way pytest finds its own: modules named by entry points
 in the ``durable_core`` group, plus objects registered in code with
 :func:`register_observer`. A hook implementation takes any subset of the
 arguments its spec names. An event about one attempt of a workflow carries it
-as ``attempt``, an :class:`~durable_core.seams.events.AttemptEvent`; an observer
-written for the earlier signatures (``worker_id, workflow_id, attempts,
-max_attempts`` as arguments) is adapted when registered, with a
-:class:`DeprecationWarning`.
+as ``attempt``, an :class:`~durable_core.seams.events.AttemptEvent`.
 """
 
 from __future__ import annotations
@@ -16,15 +13,15 @@ import functools
 import importlib.metadata
 import inspect
 import os
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import pluggy
 
+from ..errors import ConfigurationError
 from ..redaction import get_logger
-from .events import ATTEMPT_FIELDS, AttemptEvent
-from .hookspecs import ATTEMPT_HOOKS, OBSERVER_HOOKS, PROJECT, HeaderSpec, ObserverSpec, StoreSpec
+from .events import AttemptEvent
+from .hookspecs import OBSERVER_HOOKS, PROJECT, HeaderSpec, ObserverSpec, StoreSpec
 from .roles import CallerStore
 
 ENTRY_POINT_GROUP = "durable_core"
@@ -66,39 +63,9 @@ def _guarded(hook: str, plugin_name: str, method: Callable[..., Any]) -> Callabl
     return guarded
 
 
-def _adapted(hook: str, plugin_name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` as pluggy calls it now, or, when it was written for the hook's earlier
-    signature (the attempt's fields as separate arguments, not ``attempt``), adapted to
-    it with a :class:`DeprecationWarning`."""
-    if hook not in ATTEMPT_HOOKS:
-        return method
-    spec = getattr(ObserverSpec, hook)
-    names, wanted = _argnames(spec), _argnames(method)
-    legacy = [name for name in wanted if name not in names]
-    if not legacy or not set(legacy) <= set(ATTEMPT_FIELDS):
-        return method  # current, or wrong in a way pluggy's validation names
-    warnings.warn(
-        f"observer {plugin_name}'s {hook} takes {', '.join(legacy)}: take `attempt` (an "
-        "AttemptEvent, durable_core.seams.events) instead; adapted for now",
-        DeprecationWarning,
-        stacklevel=4,
-    )
-
-    def adapted(*args: Any) -> Any:
-        values = dict(zip(names, args, strict=True))
-        event = values["attempt"]
-        values.update({field: getattr(event, field) for field in ATTEMPT_FIELDS})
-        return method(**{name: values[name] for name in wanted})
-
-    functools.update_wrapper(adapted, method)  # the hookimpl marker
-    adapted.__wrapped__ = spec  # type: ignore[attr-defined]  # pluggy reads the spec's names
-    return adapted
-
-
 class _Guarded:
     """What is registered for an observer: its hook implementations, those of observer
-    hooks guarded so that one that raises is logged and skipped (and adapted, when written
-    for a hook's earlier signature)."""
+    hooks guarded so that one that raises is logged and skipped."""
 
     def __init__(self, plugin: object, plugin_name: str, manager: pluggy.PluginManager) -> None:
         self.plugin = plugin
@@ -110,7 +77,7 @@ class _Guarded:
             method = getattr(plugin, name)
             wrapping = opts.get("wrapper") or opts.get("hookwrapper")
             if name in OBSERVER_HOOKS and not wrapping:
-                method = _guarded(name, plugin_name, _adapted(name, plugin_name, method))
+                method = _guarded(name, plugin_name, method)
             setattr(self, name, method)
 
 
@@ -282,8 +249,14 @@ def workflow_headers(workflow_id: str, workflow_name: str) -> dict[str, str]:
 
 
 def register_observer(observer: object, name: str | None = None) -> None:
-    """Register an object (or module) whose ``@hookimpl`` methods observe events."""
-    plugin_manager().register(observer, name=name)
+    """Register an object (or module) whose ``@hookimpl`` methods observe events. One
+    whose hook takes an argument its spec does not name is refused with
+    :class:`~durable_core.errors.ConfigurationError`."""
+    try:
+        plugin_manager().register(observer, name=name)
+    except pluggy.PluginValidationError as exc:
+        why = " ".join(str(exc).split())
+        raise ConfigurationError(f"observer {name or observer!r} refused: {why}") from exc
 
 
 def unregister_observer(observer: object) -> None:

@@ -47,7 +47,6 @@ __all__ = [
     "Lifecycle",
     "RunStore",
     "ScheduleStore",
-    "StepWriter",
     "admin_of",
     "describe",
     "lacking",
@@ -255,10 +254,6 @@ class AttemptStore(Protocol):
         (else :class:`~durable_core.errors.LeaseLostError`, nothing written); the ids
         written."""
         ...
-
-
-StepWriter = AttemptStore
-"""The name :class:`AttemptStore` had before the store was split into roles."""
 
 
 @runtime_checkable

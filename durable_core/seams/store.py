@@ -41,7 +41,6 @@ from .roles import (
     Lifecycle,
     RunStore,
     ScheduleStore,
-    StepWriter,
 )
 from .schedule_roles import ScheduleOverlaps
 from .talk_roles import Streams, Updates, Watch
@@ -63,7 +62,6 @@ __all__ = [
     "ScheduleFeed",
     "ScheduleOverlaps",
     "ScheduleStore",
-    "StepWriter",
     "Store",
     "Streams",
     "Updates",
