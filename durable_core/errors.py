@@ -310,6 +310,10 @@ class StoreUnavailableError(StoreError):
     """The database could not be reached, or rolled the operation back for a conflict with
     another transaction (a deadlock). Transient: the operation may be retried."""
 
+    reported = False
+    """The store has logged the outage this belongs to already: who retries the operation
+    need not log it again (above debug level)."""
+
 
 class SchemaMissingError(StoreError):
     """The durable tables do not exist. Run ``durable migrate`` or ``apply_schema()``."""

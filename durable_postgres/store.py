@@ -35,6 +35,7 @@ from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect,
 from .hosts import split_hosts, with_hosts, writable_by_default
 from .listener import Listener
 from .liveness import LivenessLock
+from .outage import quiet_pool_floor
 from .talk import TalkFeed
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -219,6 +220,7 @@ class PostgresStore(SQLStore):
 
     async def open(self) -> None:
         """Create the connection pool (connecting ``min_size`` connections now)."""
+        quiet_pool_floor()
         await super().open()
         if self._listener is not None:
             self._listener.reopen()
