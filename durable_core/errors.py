@@ -327,6 +327,13 @@ class SchemaOutdatedError(StoreError):
     retryable = False
 
 
+class SchemaTooNewError(StoreError):
+    """A newer release migrated the database with a change that is not additive: workers
+    of this release cannot run on it. Run the release that migrated it."""
+
+    retryable = False
+
+
 class CorruptRecordError(StoreError, SerializationError):
     """A stored row holds a value that cannot be read back."""
 
@@ -412,6 +419,7 @@ __all__ = [
     "ScheduleNotFoundError",
     "SchemaMissingError",
     "SchemaOutdatedError",
+    "SchemaTooNewError",
     "SerializationError",
     "StatsNotSupportedError",
     "StepInputMismatchError",

@@ -20,7 +20,7 @@ from ..errors import (
     StoreUnavailableError,
     WorkflowNotFoundError,
 )
-from ..redaction import redact
+from ..redaction import get_logger, redact
 from ..seams.records import BodyCall, Lease, NewWorkflow
 from ..seams.transactions import StepDatabase
 from . import errors, migrations
@@ -31,7 +31,10 @@ from .reachability import reachability
 from .repeats import check_repeats, unique_starts
 from .rules import wf
 from .schema import SCHEMA_VERSION
+from .schema_ops import NOT_ADDITIVE
 from .statements import Statements
+
+logger = get_logger("durable_core.store")
 
 
 class SQLStoreBase:
@@ -111,12 +114,28 @@ class SQLStoreBase:
 
     async def check_schema(self) -> None:
         """Raise :class:`~durable_core.errors.SchemaMissingError` or
-        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current."""
+        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current.
+
+        On a schema a newer release migrated, log one line when its newer versions are all
+        additive (this release runs on it), else raise
+        :class:`~durable_core.errors.SchemaTooNewError`."""
         found = await self.schema_version()
         if found == 0:
             raise errors.schema_missing(self._description)
         if found < SCHEMA_VERSION:
             raise errors.schema_outdated(self._description, found, SCHEMA_VERSION)
+        if found > SCHEMA_VERSION:
+            newer = await self._run_sync("check_schema", migrations.newer_versions)
+            if any(text.startswith(NOT_ADDITIVE) for _, text in newer):
+                raise errors.schema_too_new(self._description, newer)
+            logger.warning(
+                "%s has durable schema version %d, migrated by a newer release than this one "
+                "(version %d); its newer versions are additive, so this release runs on it: "
+                "roll the newer release out",
+                self._description,
+                found,
+                SCHEMA_VERSION,
+            )
 
     def _failed(self, operation: str, exc: BaseException, *, report: bool = True) -> BaseException:
         failure = self.connector.classify(exc)
