@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import asyncpg
 import httpx
 import pytest
@@ -141,19 +142,31 @@ async def test_a_replica_promoted_under_load(pair: tuple[Cluster, Cluster], tmp_
         await old.close()
         assert len(settled) < TOTAL, "the switch happens while workflows run"
 
-        primary.ctl("stop", "-m", "fast")
-        # The old primary is gone and the replica not promoted yet: no host takes writes.
-        with pytest.raises(StoreUnavailableError, match="unavailable"):
-            await client.start_workflow(failover_app.hops, 10_000, 0.0)
-        promoted_at = time.monotonic()
-        _as_postgres("pg_ctl", "promote", "-w", "-D", str(replica.data))
+        # A caller waiting on a result when the primary goes away gets it from the new one.
+        waited: list[WorkflowStatus] = []
+        unsettled = next(h for h in reversed(handles) if h.id not in settled)
 
-        # The same client starts a workflow on the new primary and waits for its result.
-        late = await client.start_workflow(failover_app.hops, 10_000, 0.0)
-        assert await late.wait_with_timeout(GUARD) is WorkflowStatus.SUCCEEDED
-        assert await late.output() == 30_003
-        # A result asked of a handle made before the switch.
-        assert await handles[-1].wait_with_timeout(GUARD) is WorkflowStatus.SUCCEEDED
+        async def wait_across() -> None:
+            waited.append(await unsettled.wait_with_timeout(GUARD))
+
+        async with anyio.create_task_group() as waiters:
+            waiters.start_soon(wait_across)
+            primary.ctl("stop", "-m", "fast")
+            # The old primary is gone, the replica not promoted yet: no host takes writes.
+            with pytest.raises(StoreUnavailableError, match="unavailable"):
+                await client.start_workflow(failover_app.hops, 10_000, 0.0)
+            meanwhile = await dashboard.get("/")
+            assert meanwhile.status_code == 503, meanwhile.text
+            assert "database unavailable" in meanwhile.text
+            assert meanwhile.headers["retry-after"] == "5"
+            promoted_at = time.monotonic()
+            _as_postgres("pg_ctl", "promote", "-w", "-D", str(replica.data))
+
+            # The same client starts a workflow on the new primary and waits for its result.
+            late = await client.start_workflow(failover_app.hops, 10_000, 0.0)
+            assert await late.wait_with_timeout(GUARD) is WorkflowStatus.SUCCEEDED
+            assert await late.output() == 30_003
+        assert waited == [WorkflowStatus.SUCCEEDED]
         # The same dashboard app serves a page from the new primary.
         page = await dashboard.get("/")
         assert page.status_code == 200, page.text
