@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic.operations import ops
 
 from durable_core import DurableClient, WorkflowStatus
-from durable_core.cli.running import migration_state
+from durable_core.cli.running import migration_state, not_additive
 from durable_core.durations import utcnow
 from durable_core.errors import SchemaTooNewError
 from durable_core.sql import migrations
@@ -93,6 +93,9 @@ def test_what_migrate_says_of_pending_versions() -> None:
     breaking = SchemaVersion(99, "durable_schema_v99", "a column dropped", list, additive=False)
     text = migration_state("SQLite database x", 98, [breaking])
     assert "1 migration pending (99: a column dropped (NOT additive))" in text
+    [note] = not_additive([*VERSIONS[-2:], breaking])
+    assert note.startswith("durable migrate: version 99 (a column dropped) is not additive")
+    assert not_additive(list(VERSIONS)) == []
     newer = migration_state("SQLite database x", SCHEMA_VERSION + 1, [])
     assert "newer than this release's" in newer and "nothing to migrate" in newer
     assert migrations.pending(SCHEMA_VERSION) == []

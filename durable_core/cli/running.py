@@ -365,17 +365,22 @@ async def _migrate(args: argparse.Namespace) -> int:
         if args.check:
             print(migration_state(store.description, found, waiting))
             return 1 if waiting else 0
-        for version in waiting:
-            if not version.additive:
-                print(
-                    f"durable migrate: version {version.number} ({version.message}) is not "
-                    "additive: workers of earlier releases refuse to start on the migrated "
-                    "database, and those running may fail; stop them first",
-                    file=sys.stderr,
-                )
+        for note in not_additive(waiting):
+            print(note, file=sys.stderr)
         await store.apply_schema()
         print(f"durable schema at version {max(found, SCHEMA_VERSION)} in {store.description}")
     return 0
+
+
+def not_additive(waiting: list[SchemaVersion]) -> list[str]:
+    """What ``durable migrate`` says of each pending version that is not additive."""
+    return [
+        f"durable migrate: version {version.number} ({version.message}) is not additive: "
+        "workers of earlier releases refuse to start on the migrated database, and those "
+        "running may fail; stop them first"
+        for version in waiting
+        if not version.additive
+    ]
 
 
 def migration_state(description: str, found: int, waiting: list[SchemaVersion]) -> str:
