@@ -191,10 +191,14 @@ def schema_versions() -> str:
             return f"column `{op.table_name}.{op.column.name}`"
         return type(op).__name__
 
-    lines = ["| version | Alembic revision slug | what it does | adds |", "| --- " * 4 + "|"]
+    head = "| version | Alembic revision slug | what it does | adds | additive |"
+    lines = [head, "| --- " * 5 + "|"]
     for version in VERSIONS:
         adds = ", ".join(what(op) for op in version.operations())
-        lines.append(f"| {version.number} | `{version.slug}` | {version.message} | {adds} |")
+        additive = "yes" if version.additive else "**no**"
+        lines.append(
+            f"| {version.number} | `{version.slug}` | {version.message} | {adds} | {additive} |"
+        )
     return "\n".join(lines) + "\n"
 
 

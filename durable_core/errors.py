@@ -310,6 +310,10 @@ class StoreUnavailableError(StoreError):
     """The database could not be reached, or rolled the operation back for a conflict with
     another transaction (a deadlock). Transient: the operation may be retried."""
 
+    reported = False
+    """The store has logged the outage this belongs to already: who retries the operation
+    need not log it again (above debug level)."""
+
 
 class SchemaMissingError(StoreError):
     """The durable tables do not exist. Run ``durable migrate`` or ``apply_schema()``."""
@@ -319,6 +323,13 @@ class SchemaMissingError(StoreError):
 
 class SchemaOutdatedError(StoreError):
     """The database's schema is older than this release needs. Run ``durable migrate``."""
+
+    retryable = False
+
+
+class SchemaTooNewError(StoreError):
+    """A newer release migrated the database with a change that is not additive: workers
+    of this release cannot run on it. Run the release that migrated it."""
 
     retryable = False
 
@@ -408,6 +419,7 @@ __all__ = [
     "ScheduleNotFoundError",
     "SchemaMissingError",
     "SchemaOutdatedError",
+    "SchemaTooNewError",
     "SerializationError",
     "StatsNotSupportedError",
     "StepInputMismatchError",

@@ -40,6 +40,9 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     # What asyncpg raises when a query starts on a connection whose server
     # process has just been terminated (the pool then replaces the connection).
     asyncpg.InternalClientError,
+    # A write on a standby (reached before its promotion, or by a URL that does not ask
+    # for a read-write server): a failover in progress.
+    asyncpg.ReadOnlySQLTransactionError,
 )
 _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.InvalidAuthorizationSpecificationError,
@@ -166,12 +169,22 @@ class _Statements:
         await self.target.executemany(compiled.sql, [compiled.args(p) for p in params])
 
 
+def _usable(conn: Any) -> bool:
+    """Whether a pooled connection kept between statements still has its session (the pool
+    takes back one whose server closed it, and it then refuses every call)."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
 class HeldConnection:
     """A pooled connection one task keeps for the statements it sends one after another
     (the group commit's flushes, the claims): each skips the pool's acquire and release,
     about 40 µs of the worker's CPU and as much of each round trip.
 
-    A statement sent while another is in flight goes through the pool. A statement that
+    A statement sent while another is in flight goes through the pool. A connection whose
+    session ended while it was kept is dropped before a statement. A statement that
     fails or is cancelled gives its connection back (the pool waits for the server to
     cancel it, and replaces a broken one), and the next takes another. The connector
     takes it back when it closes.
@@ -192,6 +205,9 @@ class HeldConnection:
         self.busy = True
         try:
             conn = self._conn
+            if conn is not None and not _usable(conn):
+                self._conn = self._pool = None  # the pool took it back as its server went
+                conn = None
             if conn is None:
                 self._pool = pool = self.connector.pool
                 conn = self._conn = await pool.acquire()

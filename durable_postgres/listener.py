@@ -14,6 +14,9 @@ import anyio
 import asyncpg
 
 from durable_core.redaction import get_logger
+from durable_core.sql.reachability import reachability
+
+from .outage import unreachable
 
 logger = get_logger("durable_postgres")
 
@@ -133,12 +136,14 @@ class Listener:
             except Exception as exc:
                 if conn is not None:
                     conn.terminate()
-                logger.warning(
-                    "cannot listen for new work on %s (retrying in %.1fs; polling meanwhile): %s",
-                    self._description,
-                    self._backoff,
-                    exc,
-                )
+                if not unreachable(self._description, "listening for new work", exc):
+                    logger.warning(
+                        "cannot listen for new work on %s (retrying in %.1fs; polling "
+                        "meanwhile): %s",
+                        self._description,
+                        self._backoff,
+                        exc,
+                    )
                 self._retry_at = anyio.current_time() + self._backoff
                 self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
                 return False
@@ -148,6 +153,7 @@ class Listener:
             self._conn = conn
             conn.add_termination_listener(self._on_closed)
             self._backoff = _BACKOFF_MIN
+            reachability(self._description).reached()
             for handler in self._on_open:
                 try:
                     handler()

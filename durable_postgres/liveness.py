@@ -27,9 +27,11 @@ import asyncpg
 from anyio.abc import TaskStatus
 
 from durable_core.redaction import get_logger
+from durable_core.sql.reachability import reachability
 
 from .dialect import LIVENESS_LOCKS
 from .listener import close_connection
+from .outage import unreachable
 
 logger = get_logger("durable_postgres")
 
@@ -68,6 +70,7 @@ class LivenessLock:
         """Hold the lock until cancelled, taking it again whenever its session is lost;
         started once the first try has ended, whether it took the lock or not."""
         backoff, started = _BACKOFF_MIN, False
+        lost = outage = False
         while True:
             conn: asyncpg.Connection | None = None
             try:
@@ -75,16 +78,21 @@ class LivenessLock:
                 row = await conn.fetchrow(TAKE, LIVENESS_LOCKS, self.key, timeout=_PING_TIMEOUT)
                 if row is not None and row["taken"]:
                     self.held = (self.key, row["epoch"])
-                    backoff = _BACKOFF_MIN
+                    reached = reachability(self._description)
+                    if lost and not outage and reached.down_since is None:
+                        logger.warning(
+                            "the liveness session on %s was lost and is held again; meanwhile "
+                            "another worker may have taken over this worker's workflows",
+                            self._description,
+                        )
+                    reached.reached()
+                    backoff, lost, outage = _BACKOFF_MIN, False, False
                     if not started:
                         started = True
                         task_status.started()
                     await _until_lost(conn)
-                    logger.warning(
-                        "the liveness session on %s was lost: taking it again; meanwhile "
-                        "another worker may take over this worker's workflows",
-                        self._description,
-                    )
+                    lost = True  # said once it is held again, or as the database's outage
+                    logger.debug("the liveness session on %s was lost", self._description)
                 else:
                     # Its last session, cut off, may not have ended yet on the server.
                     logger.warning(
@@ -93,12 +101,15 @@ class LivenessLock:
                         self._description,
                     )
             except Exception as exc:  # any failure to hold it is waited out, never fatal
-                logger.warning(
-                    "cannot hold the liveness session on %s (retrying in %.1fs): %s",
-                    self._description,
-                    backoff,
-                    exc,
-                )
+                if unreachable(self._description, "the liveness session", exc):
+                    outage = True  # said as the database's outage
+                else:
+                    logger.warning(
+                        "cannot hold the liveness session on %s (retrying in %.1fs): %s",
+                        self._description,
+                        backoff,
+                        exc,
+                    )
             finally:
                 self.held = None
                 if conn is not None:

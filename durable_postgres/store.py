@@ -32,8 +32,10 @@ from durable_core.sql.urls import parse_url
 from . import flush
 from .connector import AsyncpgConnector
 from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect, PostgresStatements
+from .hosts import split_hosts, with_hosts, writable_by_default
 from .listener import Listener
 from .liveness import LivenessLock
+from .outage import quiet_pool_floor
 from .talk import TalkFeed
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -85,7 +87,8 @@ def normalize_url(url: str) -> tuple[str, str]:
             "not a PostgreSQL URL (expected postgresql://user:password@host:5432/dbname)"
         )
     dsn = f"postgresql://{rest}"
-    parsed = parse_url(dsn, "PostgreSQL")
+    single, hostlist = split_hosts(dsn)
+    parsed = parse_url(single, "PostgreSQL")
     # Secrets are masked before the query is decoded: decoded, a value may hold a space
     # or a quote, and no rule could then tell where it ends.
     query = {key: (MASK if is_secret_name(key) else value) for key, value in parsed.query.items()}
@@ -98,6 +101,8 @@ def normalize_url(url: str) -> tuple[str, str]:
         parsed.database,
         query,
     ).render_as_string(hide_password=False)
+    if hostlist is not None:
+        shown = with_hosts(shown, hostlist)
     return dsn, f"PostgreSQL {unquote_plus(shown)}"
 
 
@@ -180,6 +185,7 @@ class PostgresStore(SQLStore):
             **{k: v for k, v in _DEFAULT_SERVER_SETTINGS.items() if k not in in_url},
             **(options.get("server_settings") or {}),
         }
+        writable_by_default(dsn, options)
         self.connector: AsyncpgConnector = AsyncpgConnector(
             dsn,
             min_size=min_size,
@@ -207,13 +213,18 @@ class PostgresStore(SQLStore):
         self._flushes: dict[frozenset[str], sa.Executable] = {}
         """The flush statement for each mix of writes, built when first needed."""
         self._schedule_handlers: list[Callable[[], None]] = []
-        self._talk = TalkFeed(self._listen_connection) if self._listener is not None else None
+        self._talk = (
+            TalkFeed(self._listen_connection, self.description)
+            if self._listener is not None
+            else None
+        )
 
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
         return await self.connector.connect(timeout)
 
     async def open(self) -> None:
         """Create the connection pool (connecting ``min_size`` connections now)."""
+        quiet_pool_floor()
         await super().open()
         if self._listener is not None:
             self._listener.reopen()

@@ -18,6 +18,7 @@ from durable_core.redaction import get_logger
 
 from .dialect import TALK_CHANNEL
 from .listener import close_connection
+from .outage import unreachable
 
 logger = get_logger("durable_postgres")
 
@@ -58,8 +59,11 @@ class TalkWatch:
 class TalkFeed:
     """Wakes the watches of each workflow named by a ``durable_talk`` notification."""
 
-    def __init__(self, connect: Callable[[float], Awaitable[asyncpg.Connection]]) -> None:
+    def __init__(
+        self, connect: Callable[[float], Awaitable[asyncpg.Connection]], description: str = ""
+    ) -> None:
         self._connect = connect
+        self._description = description
         self._conn: asyncpg.Connection | None = None
         self._lock: anyio.Lock | None = None
         self._retry_at = 0.0
@@ -104,7 +108,8 @@ class TalkFeed:
             except Exception as exc:
                 if conn is not None:
                     conn.terminate()
-                logger.warning("cannot listen for stream writes (polling meanwhile): %s", exc)
+                if not unreachable(self._description, "listening for stream writes", exc):
+                    logger.warning("cannot listen for stream writes (polling meanwhile): %s", exc)
                 self._retry_at = anyio.current_time() + _RETRY_AFTER
                 return False
             conn.add_termination_listener(self._on_closed)

@@ -15,6 +15,7 @@ from ..codec import convert, decode
 from ..codec.failures import load_error, recorded_exception
 from ..errors import (
     InvalidStateError,
+    StoreUnavailableError,
     WaitTimeoutError,
     WorkflowNotFinishedError,
     WorkflowNotFoundError,
@@ -130,7 +131,8 @@ class WorkflowHandle(Generic[R]):
         """Wait for a terminal status, polling every ``poll`` for at most ``deadline``.
 
         In a workflow body the wait is durable: the workflow suspends, holding no
-        worker slot, until this one settles (or the deadline passes).
+        worker slot, until this one settles (or the deadline passes). Outside one, a
+        database out of reach for a while (a restart, a failover) is waited out.
         """
         poll_seconds = _seconds(poll, "wait_with_options poll") or DEFAULT_POLL_SECONDS
         deadline_seconds = _seconds(deadline, "wait_with_options deadline")
@@ -152,7 +154,12 @@ class WorkflowHandle(Generic[R]):
         try:
             with anyio.fail_after(deadline_seconds):
                 while True:
-                    status = await self.status()
+                    try:
+                        status = await self.status()
+                    except StoreUnavailableError:
+                        # A restart or a failover: the wait outlives it (to its deadline).
+                        await anyio.sleep(poll_seconds)
+                        continue
                     last[:] = [status]
                     if status.is_terminal:
                         return status

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import inspect
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,7 +20,10 @@ from ..errors import ConfigurationError, FrameworkError
 from ..redaction import get_logger
 from ..runtime.config import WorkflowConfig
 from ..runtime.worker import single_error
+from ..sql.base import SQLStoreBase
+from ..sql.migrations import pending
 from ..sql.schema import SCHEMA_VERSION
+from ..sql.schema_ops import SchemaVersion
 from .common import (
     APP_ENV,
     app_modules,
@@ -105,6 +109,12 @@ def add_commands(commands: Any) -> None:
         help="make the record table of transaction steps in this application database "
         "(repeatable); the durable tables are then migrated only when a database URL is given "
         f"(--database-url or ${DATABASE_URL_ENV})",
+    )
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing: exit 1 when the durable tables need migrating, 0 when they are "
+        "current (for deploy pipelines: migrate before rolling a release out)",
     )
     migrate.set_defaults(run=_migrate)
 
@@ -344,9 +354,57 @@ async def _migrate(args: argparse.Namespace) -> int:
     if args.app_database and not (args.database_url or database_url_from_env()):
         return 0
     async with opened_store(args.database_url, args.embedded_dir) as store:
+        if not isinstance(store, SQLStoreBase):  # a plugin's store: its own versions
+            if args.check:
+                raise ConfigurationError(f"{store.description} does not tell its schema version")
+            await store.apply_schema()
+            print(f"durable schema ready in {store.description}")
+            return 0
+        found = await store.schema_version()
+        waiting = pending(found)
+        if args.check:
+            print(migration_state(store.description, found, waiting))
+            return 1 if waiting else 0
+        for note in not_additive(waiting):
+            print(note, file=sys.stderr)
         await store.apply_schema()
-        print(f"durable schema at version {SCHEMA_VERSION} in {store.description}")
+        print(f"durable schema at version {max(found, SCHEMA_VERSION)} in {store.description}")
     return 0
+
+
+def not_additive(waiting: list[SchemaVersion]) -> list[str]:
+    """What ``durable migrate`` says of each pending version that is not additive."""
+    return [
+        f"durable migrate: version {version.number} ({version.message}) is not additive: "
+        "workers of earlier releases refuse to start on the migrated database, and those "
+        "running may fail; stop them first"
+        for version in waiting
+        if not version.additive
+    ]
+
+
+def migration_state(description: str, found: int, waiting: list[SchemaVersion]) -> str:
+    """One line on what ``durable migrate`` would do to a database at version ``found``."""
+    if not waiting:
+        if found > SCHEMA_VERSION:
+            return (
+                f"durable schema at version {found} in {description}, newer than this "
+                f"release's ({SCHEMA_VERSION}): nothing to migrate"
+            )
+        return f"durable schema at version {found} in {description}: up to date"
+    if found == 0:
+        return (
+            f"no durable tables in {description}: run `durable migrate` (it makes version "
+            f"{SCHEMA_VERSION})"
+        )
+    listed = "; ".join(
+        f"{v.number}: {v.message} ({'additive' if v.additive else 'NOT additive'})" for v in waiting
+    )
+    plural = "s" if len(waiting) > 1 else ""
+    return (
+        f"durable schema at version {found} in {description}: {len(waiting)} migration{plural} "
+        f"pending ({listed}); run `durable migrate`"
+    )
 
 
 def _alembic(args: argparse.Namespace) -> int:

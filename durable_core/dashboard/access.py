@@ -11,7 +11,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from ..errors import ConfigurationError, FrameworkError, WorkflowNotFoundError
+from ..errors import (
+    ConfigurationError,
+    FrameworkError,
+    StoreUnavailableError,
+    WorkflowNotFoundError,
+)
 from ..redaction import REDACTING
 from .security import SESSION_COOKIE
 from .signin import Sessions, Throttle, same_token
@@ -69,7 +74,8 @@ class Access:
 
     def guarded(self, endpoint: Endpoint) -> Endpoint:
         """``endpoint``, refused without the token and, for a POST, from another site; its
-        errors as pages (bad input: 400, a missing workflow: 404, a large form: 413)."""
+        errors as pages (bad input: 400, a missing workflow: 404, a large form: 413, the
+        database out of reach: 503)."""
 
         async def run(request: Request) -> Response:
             if self.token is not None:
@@ -91,6 +97,10 @@ class Access:
                 return self._page(request, "error.html", {"message": str(exc)}, status_code=404)
             except FormTooLargeError as exc:
                 return self._page(request, "error.html", {"message": str(exc)}, status_code=413)
+            except StoreUnavailableError as exc:  # a restart, a failover: ask again soon
+                page = self._page(request, "error.html", {"message": str(exc)}, status_code=503)
+                page.headers["retry-after"] = "5"
+                return page
             except FrameworkError as exc:
                 return self._page(request, "error.html", {"message": str(exc)}, status_code=400)
             except RecursionError:

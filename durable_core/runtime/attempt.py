@@ -44,6 +44,7 @@ from .effects import Effects
 from .group_commit import GroupCommit
 from .in_step import enter_step, leave_step
 from .journal import Call, Journal
+from .outages import retry_log_level
 from .step_body import StepBody
 from .suspension import Suspension, stopped
 from .transactions import Transactions
@@ -494,8 +495,12 @@ class Attempt(Waits, Effects, Sagas, Transactions):
                 except StoreUnavailableError as exc:
                     if time.monotonic() + delay >= self.lease_deadline:
                         raise
-                    logger.warning(
-                        "store unavailable, retrying in %.2fs: %s", delay, exc, extra=self.fields
+                    logger.log(
+                        retry_log_level(exc),
+                        "store unavailable, retrying in %.2fs: %s",
+                        delay,
+                        exc,
+                        extra=self.fields,
                     )
                     await anyio.sleep(delay)
                     delay = min(delay * 2, _MAX_STORE_BACKOFF)
@@ -517,7 +522,9 @@ class Attempt(Waits, Effects, Sagas, Transactions):
                 self.end(Ending.LEASE_LOST)
             return
         except StoreUnavailableError as exc:
-            logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
+            logger.log(
+                retry_log_level(exc), "lease renewal failed, will retry: %s", exc, extra=self.fields
+            )
         except Exception:
             logger.exception("lease renewal failed, will retry", extra=self.fields)
         else:

@@ -44,6 +44,7 @@ from ..seams.records import NewWorkflow
 from ..seams.roles import CallerStore
 from ..seams.store import ScheduleFeed, ScheduleOverlaps, Store
 from .config import WorkflowConfig
+from .outages import retry_log_level
 
 logger = get_logger("durable_core.scheduler")
 
@@ -95,7 +96,12 @@ class Scheduler:
                 await self.fire_due()
                 wait = await self.seconds_to_next_tick()
             except StoreUnavailableError as exc:
-                logger.warning("scheduler: store unavailable: %s", exc, extra=self._fields())
+                logger.log(
+                    retry_log_level(exc),
+                    "scheduler: store unavailable: %s",
+                    exc,
+                    extra=self._fields(),
+                )
                 wait = self.config.poll_interval
             except FrameworkError as exc:
                 logger.error("scheduler: %s", exc, extra=self._fields())

@@ -40,6 +40,7 @@ from .executor import Executor
 from .flight import InFlight
 from .group_commit import group_commit
 from .leases import start_liveness
+from .outages import retry_log_level
 from .scheduler import Scheduler, save_declared
 from .stopping import exit_soon
 
@@ -289,7 +290,8 @@ class WorkflowWorker:
             try:
                 await self.store.beat_worker(self.record(), self.config.lock_timeout_secs)
             except FrameworkError as exc:
-                logger.warning(
+                logger.log(
+                    retry_log_level(exc),
                     "could not refresh this worker's row: %s",
                     exc,
                     extra={"worker_id": self.worker_id},
@@ -390,7 +392,8 @@ class WorkflowWorker:
                     routes=lanes,
                 )
             except StoreUnavailableError as exc:
-                logger.warning(
+                logger.log(
+                    retry_log_level(exc),
                     "claim failed, retrying in %.1fs: %s",
                     backoff,
                     exc,
@@ -435,8 +438,11 @@ class WorkflowWorker:
                 try:
                     await claimer.wait_for_work(self.config.poll_interval)
                 except FrameworkError as exc:
-                    logger.warning(
-                        "waiting for work failed: %s", exc, extra={"worker_id": self.worker_id}
+                    logger.log(
+                        retry_log_level(exc),
+                        "waiting for work failed: %s",
+                        exc,
+                        extra={"worker_id": self.worker_id},
                     )
                     await anyio.sleep(self.config.poll_interval)
                 waiters.cancel_scope.cancel()

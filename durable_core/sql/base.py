@@ -14,17 +14,27 @@ from typing import Any, NoReturn, Self
 
 import sqlalchemy as sa
 
-from ..errors import FrameworkError, InvalidStateError, WorkflowNotFoundError
-from ..redaction import redact
+from ..errors import (
+    FrameworkError,
+    InvalidStateError,
+    StoreUnavailableError,
+    WorkflowNotFoundError,
+)
+from ..redaction import get_logger, redact
 from ..seams.records import BodyCall, Lease, NewWorkflow
 from ..seams.transactions import StepDatabase
 from . import errors, migrations
 from .connector import Connector, Fetcher, Params, Row, Session
 from .dialect import SQLDialect
+from .errors import Failure
+from .reachability import reachability
 from .repeats import check_repeats, unique_starts
 from .rules import wf
 from .schema import SCHEMA_VERSION
+from .schema_ops import NOT_ADDITIVE
 from .statements import Statements
+
+logger = get_logger("durable_core.store")
 
 
 class SQLStoreBase:
@@ -42,6 +52,9 @@ class SQLStoreBase:
         self.dialect = dialect
         self.statements = statements or Statements(dialect)
         self._description = redact(description)
+        self.reachability = reachability(self._description)
+        """Whether the database answers, as this process sees it (one log line when it
+        stops, one when it is back)."""
         self._open = False
         plan = dialect.plan_for_values
         self._plan_for_values = None if plan is None else sa.text(plan)
@@ -67,8 +80,10 @@ class SQLStoreBase:
         try:
             await self.connector.open()
         except Exception as exc:
-            raise self._failed("open", exc) from exc
+            # Not an outage to wait out: the caller is told at once, and only once.
+            raise self._failed("open", exc, report=False) from exc
         self._open = True
+        self.reachability.reached()
 
     async def close(self) -> None:
         """Release every connection."""
@@ -99,18 +114,38 @@ class SQLStoreBase:
 
     async def check_schema(self) -> None:
         """Raise :class:`~durable_core.errors.SchemaMissingError` or
-        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current."""
+        :class:`~durable_core.errors.SchemaOutdatedError` unless the schema is current.
+
+        On a schema a newer release migrated, log one line when its newer versions are all
+        additive (this release runs on it), else raise
+        :class:`~durable_core.errors.SchemaTooNewError`."""
         found = await self.schema_version()
         if found == 0:
             raise errors.schema_missing(self._description)
         if found < SCHEMA_VERSION:
             raise errors.schema_outdated(self._description, found, SCHEMA_VERSION)
+        if found > SCHEMA_VERSION:
+            newer = await self._run_sync("check_schema", migrations.newer_versions)
+            if any(text.startswith(NOT_ADDITIVE) for _, text in newer):
+                raise errors.schema_too_new(self._description, newer)
+            logger.warning(
+                "%s has durable schema version %d, migrated by a newer release than this one "
+                "(version %d); its newer versions are additive, so this release runs on it: "
+                "roll the newer release out",
+                self._description,
+                found,
+                SCHEMA_VERSION,
+            )
 
-    def _failed(self, operation: str, exc: BaseException) -> BaseException:
+    def _failed(self, operation: str, exc: BaseException, *, report: bool = True) -> BaseException:
         failure = self.connector.classify(exc)
         if failure is None:
             return exc
-        return errors.store_error(failure, exc, operation=operation, store=self._description)
+        error = errors.store_error(failure, exc, operation=operation, store=self._description)
+        if report and failure is Failure.UNAVAILABLE and isinstance(error, StoreUnavailableError):
+            self.reachability.lost(operation, exc)
+            error.reported = True
+        return error
 
     def _require_open(self) -> Connector:
         if not self._open:
@@ -143,23 +178,31 @@ class SQLStoreBase:
         # The hot path (every flush and claim): :meth:`_translated` without its generator.
         connector = self._require_open()
         try:
-            return await (on or connector).fetch(statement, self.dialect.bind_clock(params))
+            rows = await (on or connector).fetch(statement, self.dialect.bind_clock(params))
         except Exception as exc:
             self._raise_translated(operation, exc)
+        if self.reachability.down_since is not None:
+            self.reachability.reached()
+        return rows
 
     async def _execute(self, operation: str, statement: sa.Executable, params: Params) -> int:
         with self._translated(operation) as connector:
-            return await connector.execute(statement, self.dialect.bind_clock(params))
+            count = await connector.execute(statement, self.dialect.bind_clock(params))
+        self.reachability.reached()
+        return count
 
     @asynccontextmanager
     async def _transaction(self, operation: str) -> AsyncIterator[Session]:
         with self._translated(operation) as connector:
             async with connector.transaction() as session:
                 yield session
+        self.reachability.reached()
 
     async def _run_sync(self, operation: str, work: Any) -> Any:
         with self._translated(operation) as connector:
-            return await connector.run_sync(work)
+            result = await connector.run_sync(work)
+        self.reachability.reached()
+        return result
 
     def step_database(self) -> StepDatabase:
         """This store's database, for transaction steps (their record is the step's row)."""

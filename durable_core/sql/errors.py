@@ -13,11 +13,14 @@ from ..errors import (
     LeaseLostError,
     SchemaMissingError,
     SchemaOutdatedError,
+    SchemaTooNewError,
     StoreError,
     StoreUnavailableError,
     ValueRefusedError,
 )
 from ..seams.records import Lease
+from .schema import SCHEMA_VERSION
+from .schema_ops import NOT_ADDITIVE
 
 
 class Failure(enum.Enum):
@@ -81,6 +84,21 @@ def schema_outdated(store: str, found: int, needed: int) -> SchemaOutdatedError:
     return SchemaOutdatedError(
         f"{store} has durable schema version {found}, and this release of durable-core "
         f"needs version {needed}: run `durable migrate` (or `await store.apply_schema()`)"
+    )
+
+
+def schema_too_new(store: str, newer: list[tuple[int, str]]) -> SchemaTooNewError:
+    """A newer release migrated the database with a change workers of this one cannot run on
+    (``newer``: the versions past this release's, ``(number, description)``)."""
+    breaking = ", ".join(
+        f"{number} ({description.removeprefix(NOT_ADDITIVE)})"
+        for number, description in newer
+        if description.startswith(NOT_ADDITIVE)
+    )
+    return SchemaTooNewError(
+        f"{store} has durable schema version {newer[-1][0]}, migrated by a newer release of "
+        f"durable-core than this one (version {SCHEMA_VERSION}), and version {breaking} is not "
+        "additive: workers of this release cannot run on it; run the release that migrated it"
     )
 
 

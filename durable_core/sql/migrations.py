@@ -32,6 +32,7 @@ from ..durations import utcnow
 from ..errors import ConfigurationError
 from .schema import SCHEMA_VERSION, metadata, schema_versions
 from .schema_history import NOT_ON_SQLITE, VERSIONS, VERSIONS_TABLE, SchemaVersion
+from .schema_ops import NOT_ADDITIVE
 
 REVISION_SLUG = VERSIONS[0].slug
 """The slug of the first revision (``<revision>_create_durable_workflow_tables.py``)."""
@@ -51,11 +52,30 @@ def current_version(conn: sa.Connection) -> int:
 
 def version_row(number: int) -> dict[str, Any]:
     """The ``durable_schema_versions`` row recording that version ``number`` is applied."""
+    version = VERSIONS[number - 1]
     return {
         "version": number,
-        "description": VERSIONS[number - 1].message,
+        "description": version.message if version.additive else NOT_ADDITIVE + version.message,
         "applied_at": utcnow(),
     }
+
+
+def newer_versions(conn: sa.Connection) -> list[tuple[int, str]]:
+    """The versions a database records past this release's (``(number, description)``, in
+    order): applied by a newer release."""
+    if not sa.inspect(conn).has_table(VERSIONS_TABLE):
+        return []
+    rows = conn.execute(
+        sa.select(schema_versions.c.version, schema_versions.c.description)
+        .where(schema_versions.c.version > SCHEMA_VERSION)
+        .order_by(schema_versions.c.version)
+    )
+    return [(int(number), str(description)) for number, description in rows]
+
+
+def pending(found: int) -> list[SchemaVersion]:
+    """The versions a database at version ``found`` lacks."""
+    return list(VERSIONS[found:SCHEMA_VERSION])
 
 
 def _has_table(inspector: sa.Inspector, op: ops.MigrateOperation) -> bool:

@@ -24,6 +24,17 @@ class SchemaVersion:
     message: str
     operations: Callable[[], list[ops.MigrateOperation]]
     """Fresh operation objects on every call (SQLAlchemy columns belong to one table)."""
+    additive: bool = True
+    """Whether workers of the release before run on a database migrated to this version
+    (tables, indexes, nullable or defaulted columns added; columns widened). ``False``
+    for a change that breaks them (a column dropped, renamed or narrowed, a new rule
+    their writes break): its row in ``durable_schema_versions`` says so (see
+    :data:`NOT_ADDITIVE`), and those workers refuse to start on it."""
+
+
+NOT_ADDITIVE = "not additive: "
+"""The start of a non-additive version's description in ``durable_schema_versions``: a
+worker of an earlier release reads it there, since its code does not know that version."""
 
 
 DESC = "-"

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,87 +19,28 @@ import pytest
 from durable_core import DurableClient
 from durable_core.sql.schema import WORKFLOW_TABLES
 from durable_postgres import PostgresStore
-from durable_postgres.embedded import pid_alive
-from tests.worker import app
+from tests.worker import app, clusters
+from tests.worker.clusters import Cluster
 from tests.worker.conftest import Workers, eventually
 
 CLUSTER_PREFIX = "durable_restart"
 
 
-def _version() -> str:
-    return sorted(os.listdir("/etc/postgresql"))[-1]
-
-
-def _clusters() -> dict[str, str]:
-    """The clusters of this PostgreSQL version: name to status."""
-    listing = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True)
-    return {
-        parts[1]: parts[3]
-        for parts in (line.split() for line in listing.stdout.splitlines())
-        if len(parts) > 3 and parts[0] == _version()
-    }
-
-
-def _drop(name: str) -> None:
-    subprocess.run(
-        ["pg_dropcluster", "--stop", _version(), name], check=True, capture_output=True, timeout=120
-    )
-
-
-def _drop_leftovers() -> None:
-    """Drop the clusters of earlier sessions whose pytest process is gone (a crashed run)."""
-    for name in _clusters():
-        owner = name.removeprefix(f"{CLUSTER_PREFIX}_")
-        if name == CLUSTER_PREFIX or (
-            name.startswith(f"{CLUSTER_PREFIX}_") and owner.isdigit() and not pid_alive(int(owner))
-        ):
-            _drop(name)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class Cluster:
-    """A PostgreSQL cluster this session made, on a free port."""
-
-    def __init__(self, name: str, port: int) -> None:
-        self.name = name
-        self.port = port
-        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-
-    def ctl(self, *args: str) -> None:
-        subprocess.run(["pg_ctlcluster", _version(), self.name, *args], check=True, timeout=120)
-
-
 @pytest.fixture(scope="session")
 def restart_cluster(request: pytest.FixtureRequest) -> Cluster:
     """A cluster of this session's own (named after its pid), dropped when the session ends."""
-    _drop_leftovers()
-    cluster = Cluster(f"{CLUSTER_PREFIX}_{os.getpid()}", _free_port())
-
-    def drop() -> None:
-        if cluster.name in _clusters():
-            _drop(cluster.name)
-
-    request.addfinalizer(drop)  # registered first: a half-made cluster is dropped too
-    create = ["pg_createcluster", _version(), cluster.name, "-p", str(cluster.port), "--start"]
-    subprocess.run(
-        [*create, "--", "--auth=trust"],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    clusters.drop_leftovers(CLUSTER_PREFIX)
+    cluster = Cluster(f"{CLUSTER_PREFIX}_{os.getpid()}", clusters.free_port())
+    # Registered first: a half-made cluster is dropped too.
+    request.addfinalizer(cluster.drop_if_there)
+    cluster.create()
     return cluster
 
 
 @pytest.fixture
 async def restartable(restart_cluster: Cluster) -> AsyncIterator[str]:
     """The URL of the session's own cluster, running, on empty tables."""
-    if _clusters().get(restart_cluster.name) != "online":
+    if clusters.clusters().get(restart_cluster.name) != "online":
         restart_cluster.ctl("start")
     conn = await asyncpg.connect(restart_cluster.url, timeout=30)
     try:

@@ -1,0 +1,43 @@
+"""The database going away, said once: the ``LISTEN`` and liveness sessions and asyncpg's
+pool report to the store's :class:`~durable_core.sql.reachability.Reachability` instead of
+logging each failed reconnect (and asyncpg's pool, a traceback for each)."""
+
+from __future__ import annotations
+
+import logging
+
+from durable_core.sql import Failure
+from durable_core.sql.reachability import reachability
+
+from .connector import classify
+
+
+def unreachable(description: str, what: str, exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached now; if so it is noted (one
+    warning for the whole outage)."""
+    if classify(exc) is not Failure.UNAVAILABLE:
+        return False
+    reachability(description).lost(what, exc)
+    return True
+
+
+class _PoolFloorFilter(logging.Filter):
+    """Drops asyncpg's ``Failed to restore the pool connection floor`` warning (logged with
+    a traceback on every failed background reconnect) when the database is unreachable: the
+    next statement reports the outage."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Failed to restore the pool connection floor"):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or classify(error) is not Failure.UNAVAILABLE
+
+
+_FILTER = _PoolFloorFilter()
+
+
+def quiet_pool_floor() -> None:
+    """Install the filter on asyncpg's pool logger (once)."""
+    pool_logger = logging.getLogger("asyncpg.pool")
+    if _FILTER not in pool_logger.filters:
+        pool_logger.addFilter(_FILTER)
