@@ -33,6 +33,7 @@ from .caller.handle import WorkflowHandle
 from .definitions.registry import Registry
 from .durations import utcnow
 from .errors import InvalidStateError, WorkflowNotFoundError
+from .memory import MemoryStore
 from .primitives.updates import update
 from .runtime.config import WorkflowConfig
 from .runtime.executor import Executor
@@ -314,4 +315,4 @@ class InMemoryCallerStore:
         return self.events.get((workflow_id, key))
 
 
-__all__ = ["InMemoryCallerStore", "TestClock", "WorkflowRunner"]
+__all__ = ["InMemoryCallerStore", "MemoryStore", "TestClock", "WorkflowRunner"]
