@@ -28,7 +28,7 @@ class MemoryBase:
     def __init__(self, *, tables: Tables | None = None, description: str | None = None) -> None:
         self.tables = tables if tables is not None else Tables()
         self._description = description or f"memory store {uuid.uuid4().hex[:8]}"
-        self._open = False
+        self._open = True  # nothing to connect to: usable from the start
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -43,7 +43,8 @@ class MemoryBase:
         return self._open
 
     async def open(self) -> None:
-        """Nothing to connect to: from now on, operations run."""
+        """Nothing to connect to (a new store is open already): operations run again after
+        :meth:`close`."""
         self._open = True
 
     async def close(self) -> None:
