@@ -22,10 +22,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
-from durable_core import DurableClient, WorkflowConfig, WorkflowStatus
+from durable_core import DurableClient, WorkflowConfig, WorkflowHandle, WorkflowStatus
 from durable_core.contract import workflows as wfs
 from durable_core.seams.store import Store
 from durable_core.testing import MemoryStore, WorkflowRunner
@@ -39,7 +40,7 @@ async def _mix(store: Store, runner: WorkflowRunner) -> None:
     """Run one of each workflow of the mix to completion on ``store``."""
     client = DurableClient(store)
     key = uuid.uuid4().hex
-    handles = [
+    handles: list[WorkflowHandle[Any]] = [
         await client.start_workflow(wfs.three_steps, key),
         await client.start_workflow(wfs.sleeper, key, 3600.0),
         await client.start_workflow(wfs.receiver, key, "t", None),
