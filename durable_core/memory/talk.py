@@ -10,6 +10,7 @@ write or an update's reply wakes the watches of its workflow at once (an
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -48,25 +49,40 @@ from ..sql.rows import record_from_row
 from .reading import ReadOperations, _filters
 from .tables import Row, matches, newest_first, now
 
+CROSS_THREAD_POLL = 0.05
+"""How often a watch looks for a write made on another thread (whose event it cannot set)."""
+
 
 class EventWatch:
-    """A watch woken by its workflow's stream writes and update replies in this process."""
+    """A watch woken by its workflow's stream writes and update replies in this process: at
+    once by a write on its own thread, within :data:`CROSS_THREAD_POLL` by one on another
+    (an instance sharing the tables, on another event loop)."""
 
     notified = True
 
     def __init__(self, watches: list[EventWatch]) -> None:
         self._watches = watches
         self._event = anyio.Event()
+        self._woken = False
+        self._thread = threading.get_ident()
         watches.append(self)
 
     def wake(self) -> None:
         """A write of its workflow happened (called under the tables' lock)."""
-        self._event.set()
+        self._woken = True
+        if threading.get_ident() == self._thread:
+            self._event.set()
 
     async def wait(self, timeout: float) -> None:
         """Return on a write since the last wait, or after ``timeout`` seconds."""
-        with anyio.move_on_after(max(timeout, 0.0)):
-            await self._event.wait()
+        deadline = anyio.current_time() + max(timeout, 0.0)
+        while not self._woken:
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                break
+            with anyio.move_on_after(min(left, CROSS_THREAD_POLL)):
+                await self._event.wait()
+        self._woken = False
         self._event = anyio.Event()
 
     async def close(self) -> None:
