@@ -16,7 +16,7 @@ from ..codec.failures import cancellation_record, dump_error
 from ..errors import InvalidStateError, WorkflowConflictError, WorkflowNotFoundError
 from ..seams.records import Lease, NewWorkflow, StepStatus, WaitKind, WorkflowStatus
 from ..sql.compensation import CANCEL_TOPIC, COMPENSATE, SAGA_END
-from .attempts import AttemptOperations, _history
+from .attempts import AttemptOperations, attempt_history
 from .tables import Row, Tables, now, release
 
 RETRYABLE = (WorkflowStatus.FAILED.value, WorkflowStatus.CANCELLED.value)
@@ -161,7 +161,7 @@ class AdminOperations(AttemptOperations):
             for message in t.messages.get(lease.workflow_id, ()):
                 if message["topic"] == CANCEL_TOPIC and message["consumed_at"] is None:
                     message["consumed_at"] = at
-            _history(t, lease, cancelled, recorded, at)
+            attempt_history(t, lease, cancelled, recorded, at)
             if parent_id is not None:
                 self._wake(t, parent_id, f"{WaitKind.CHILD.value}:{lease.workflow_id}", at)
         return True

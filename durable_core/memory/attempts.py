@@ -110,7 +110,7 @@ class AttemptOperations(MemoryBase):
         """Record how the attempt of ``lease`` ended when it did not settle itself."""
         t = await self._begin()
         with t.lock:
-            _history(t, lease, outcome, error, ended_at or now())
+            attempt_history(t, lease, outcome, error, ended_at or now())
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ class AttemptOperations(MemoryBase):
             else:
                 row["completed_at"] = at
             release(row, at)
-            _history(t, lease, settled_outcome(status), settlement.error, at)
+            attempt_history(t, lease, settled_outcome(status), settlement.error, at)
             if status is not WorkflowStatus.PENDING and settlement.parent_id is not None:
                 self._wake(t, settlement.parent_id, f"child:{lease.workflow_id}", at)
 
@@ -371,7 +371,9 @@ def _next_message(t: Tables, workflow_id: str, topic: str) -> Row | None:
     return None
 
 
-def _history(t: Tables, lease: Lease, outcome: str, error: str | None, ended: datetime) -> None:
+def attempt_history(
+    t: Tables, lease: Lease, outcome: str, error: str | None, ended: datetime
+) -> None:
     """The attempt's history row (``sql.rules.attempt_row``)."""
     t.attempts.append(
         {

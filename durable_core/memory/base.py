@@ -126,15 +126,18 @@ class MemoryBase:
             }
             return
         old.update(
-            step_name=name, status=status.value, input=input, output=output, completed_at=completed
+            step_name=name,
+            status=status.value,
+            input=input,
+            output=output,
+            completed_at=completed,
+            path=path,
         )
-        old["path"] = path
         if not keep_error:
             old["error"] = None
         if new_try:
             old["attempts"] += 1
             old["started_at"] = at
-        return
 
     def _record_call(self, t: Tables, call: BodyCall, what: str, at: datetime) -> None:
         """Record ``call`` as a succeeded step, fenced by its lease (``record_step``)."""

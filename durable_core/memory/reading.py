@@ -39,7 +39,8 @@ FORGET_AFTER = timedelta(days=1)
 """A gone worker's row is forgotten this long after it expired (``sql.workers``)."""
 
 
-def _filters(**given: Any) -> dict[str, Any]:
+def given_filters(**given: Any) -> dict[str, Any]:
+    """The list filters that are set (``None``: not given), by name."""
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -72,7 +73,7 @@ class ReadOperations(AdminOperations):
         error_type: str | None = None,
     ) -> list[WorkflowRecord]:
         """The newest workflows first, optionally filtered (see ``Store.list_workflows``)."""
-        filters = _filters(
+        filters = given_filters(
             status=status,
             name=name,
             queue=queue,

@@ -46,7 +46,7 @@ from ..seams.records import (
 from ..seams.talk_roles import Watch, check_key
 from ..sql.repeats import unique_starts
 from ..sql.rows import record_from_row
-from .reading import ReadOperations, _filters
+from .reading import ReadOperations, given_filters
 from .tables import Row, matches, newest_first, now
 
 CROSS_THREAD_POLL = 0.05
@@ -340,7 +340,7 @@ class TalkOperations(ReadOperations):
         """The newest workflows first whose attributes pass every filter of ``attributes``,
         further filtered as ``list_workflows`` is."""
         wanted = check_filters(attributes)
-        filters = _filters(
+        filters = given_filters(
             status=status,
             name=name,
             queue=queue,
