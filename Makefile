@@ -56,3 +56,4 @@ bench: install
 bench-smoke: install
 	$(PY) -m bench --smoke
 	$(PY) -m bench.schema_probe --count 40 --pairs 1
+	$(PY) -m bench.memory_store --smoke

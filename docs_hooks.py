@@ -234,8 +234,9 @@ PUBLIC_MODULES: list[tuple[str, str]] = [
     ("durable_postgres", "The PostgreSQL backend: `pip install 'durable-core[postgres]'` "
      "(`EmbeddedPostgres`: `[embedded]`)."),
     ("durable_mysql", "The MySQL / MariaDB backend: `pip install 'durable-core[mysql]'`."),
-    ("durable_core.testing", "Running workflows in tests: the runner, its clock, a fake "
-     "caller store ([Testing your workflows](../tutorials/testing.md))."),
+    ("durable_core.testing", "Running workflows in tests: the runner, its clock, and "
+     "`MemoryStore`, the fastest store for them ([Testing your "
+     "workflows](../tutorials/testing.md))."),
     ("durable_core.contract", "The store contract suite, for the authors of a store "
      "([Writing a store plugin](../how-to/store-plugin.md)); each class's tests are its "
      "members."),

@@ -12,6 +12,7 @@ The package, bottom to top (each part imports only those before it):
   manager: what backends and observers implement;
 - ``codec``: values and errors as stored text;
 - ``sql``: the rules of every SQL store, its schema and migrations, written once;
+- ``memory``: the same rules in plain Python, a store for tests (``testing.MemoryStore``);
 - ``runtime``: the engine (worker, executor, the attempt, journal, group commit,
   leases, scheduler);
 - ``primitives``: what a workflow body calls (steps, waits, streams, updates);

@@ -7,6 +7,8 @@ none of them is unchanged. A conftest fixture of the same name overrides one.
   copy of one the session migrated once).
 - ``workflow_runner``: a :class:`~durable_core.testing.WorkflowRunner` on it, with
   its test clock (``workflow_runner.clock``).
+- ``durable_memory_store``: a fresh :class:`~durable_core.testing.MemoryStore` (no
+  database: the fastest; ``WorkflowRunner(durable_memory_store)`` runs its workflows).
 - ``durable_postgres_url``: ``--durable-postgres-url`` or ``$DURABLE_POSTGRES_URL``;
   a test that needs it fails when neither is set.
 - ``durable_postgres_store``: a store on that database, migrated, its workflows deleted.
@@ -86,6 +88,15 @@ async def durable_sqlite_store(
     async with _opened(f"sqlite:///{path}") as store:
         await store.apply_schema()  # checks the copy's version
         yield store
+
+
+@pytest.fixture
+def durable_memory_store() -> Store:
+    """A fresh :class:`~durable_core.testing.MemoryStore`: the fastest store, in the test's
+    memory (no database)."""
+    from .testing import MemoryStore
+
+    return MemoryStore()
 
 
 @contextlib.asynccontextmanager

@@ -1,13 +1,12 @@
 """Running workflows in-process, with no worker and no claim: for unit tests.
 
-Works on any store, SQLite included::
+Works on any store; the fastest is :class:`MemoryStore`, a store in this process's
+memory (no database, no SQL) that plays every role of the seam::
 
+    store = MemoryStore()
     runner = WorkflowRunner(store)
-    handle = await client.start_workflow(checkout, 42)
+    handle = await DurableClient(store).start_workflow(checkout, 42)
     status = await runner.run_until_complete(handle)   # every attempt, skipping backoff
-
-A test of code that only starts, reads and messages workflows can do without a
-database: :class:`InMemoryCallerStore` plays the caller role in memory.
 
 ``run_once`` runs a single attempt (to completion, to its next retry or to
 its next wait), so a test can observe the row between attempts.
@@ -20,9 +19,7 @@ workflow that sleeps three days completes at once (Temporal's time skipping).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Sequence
-from dataclasses import asdict
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -32,18 +29,17 @@ from . import durations
 from .caller.handle import WorkflowHandle
 from .definitions.registry import Registry
 from .durations import utcnow
-from .errors import InvalidStateError, WorkflowNotFoundError
+from .errors import InvalidStateError
+from .memory import MemoryStore
 from .primitives.updates import update
 from .runtime.config import WorkflowConfig
 from .runtime.executor import Executor
 from .seams.records import (
-    NewWorkflow,
     WorkflowRecord,
     WorkflowStatus,
 )
 from .seams.roles import RUNNER_ROLES, require_roles
 from .seams.store import Store
-from .sql.repeats import check_repeats, unique_starts
 
 _PAGE = 1000
 _CALLER_WAITS = ("message:", "update:")
@@ -254,64 +250,4 @@ class WorkflowRunner:
         return ran
 
 
-class InMemoryCallerStore:
-    """A fake :class:`~durable_core.seams.roles.CallerStore` for unit tests of code that starts,
-    reads and messages workflows: nothing runs them. ``workflows`` holds the rows by id,
-    ``messages`` each one's ``(topic, payload)`` sent; set ``events[(id, key)]`` to publish."""
-
-    def __init__(self) -> None:
-        self.workflows: dict[str, WorkflowRecord] = {}
-        self.messages: dict[str, list[tuple[str, str]]] = {}
-        self.events: dict[tuple[str, str], str] = {}
-        self._sent: set[str] = set()
-
-    async def enqueue(self, workflows: Sequence[NewWorkflow]) -> Sequence[str]:
-        rows, now, old = unique_starts(workflows), utcnow(), self.workflows
-        check_repeats(rows, [asdict(old[r.id]) for r in rows if r.id in old])
-        for row in (fresh := [row for row in rows if row.id not in old]):
-            timeout = row.timeout_seconds
-            old[row.id] = WorkflowRecord(
-                row.id, row.name, WorkflowStatus.PENDING, row.input, None, None, 0,
-                row.max_attempts, now + timedelta(seconds=row.delay_seconds), now, now,
-                parent_id=row.parent_id, queue=row.queue, priority=row.priority,
-                deadline=None if timeout is None else now + timedelta(seconds=timeout),
-                concurrency_key=row.concurrency_key, headers=row.headers,
-            )  # fmt: skip
-        return [row.id for row in fresh]
-
-    async def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
-        return self.workflows.get(workflow_id)
-
-    async def list_workflows(self, *, limit: int = 50, **where: Any) -> list[WorkflowRecord]:
-        rows = sorted(self.workflows.values(), key=lambda r: (r.created_at, r.id), reverse=True)
-        if (before := where.pop("before", None)) is not None:
-            ids = [r.id for r in rows]
-            rows = rows[ids.index(before) + 1 :] if before in ids else []
-        start, end = where.pop("created_after", None), where.pop("created_before", None)
-        kind = where.pop("error_type", None)
-        return [
-            r
-            for r in rows
-            if all(value is None or getattr(r, key) == value for key, value in where.items())
-            and (start is None or r.created_at >= start)
-            and (end is None or r.created_at < end)
-            and (kind is None or json.loads(r.error or "{}").get("type") == kind)
-        ][:limit]
-
-    async def _nothing(self, workflow_id: str) -> list[Any]:
-        return []  # nothing runs here: no step, try or attempt is ever recorded
-
-    load_steps = load_step_tries = load_attempts = _nothing
-
-    async def send(self, workflow_id: str, topic: str, payload: str, message_id: str) -> None:
-        if workflow_id not in self.workflows:
-            raise WorkflowNotFoundError(f"no workflow with id {workflow_id!r} in memory")
-        if message_id not in self._sent:
-            self._sent.add(message_id)
-            self.messages.setdefault(workflow_id, []).append((topic, payload))
-
-    async def get_event(self, workflow_id: str, key: str) -> str | None:
-        return self.events.get((workflow_id, key))
-
-
-__all__ = ["InMemoryCallerStore", "TestClock", "WorkflowRunner"]
+__all__ = ["MemoryStore", "TestClock", "WorkflowRunner"]

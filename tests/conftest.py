@@ -15,6 +15,7 @@ import pytest
 from durable_core.pytest_plugin import _migrated_sqlite
 from durable_core.seams.store import Store
 from durable_core.sql.schema import WORKFLOW_TABLES
+from durable_core.testing import MemoryStore
 from durable_postgres import PostgresStore
 from durable_sqlite import SQLiteStore
 
@@ -52,20 +53,42 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+async def _fresh_store(
+    request: pytest.FixtureRequest, tmp_path: Path, factory: pytest.TempPathFactory
+) -> Store:
+    """A fresh store of the kind ``request.param`` names, not yet open."""
+    if request.param == "memory":
+        return MemoryStore()
+    if request.param == "sqlite":
+        return SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db", factory))
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
+    return PostgresStore(await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}"))
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
 async def sqlite_or_postgres(
     request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Store]:
     """An open store with the schema applied, on a fresh SQLite file (``durable.db`` in
-    ``tmp_path``) and on a fresh PostgreSQL database named after the test database and
-    the test module."""
-    store: Store
-    if request.param == "sqlite":
-        store = SQLiteStore(await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory))
-    else:
-        module = request.module.__name__.rsplit(".", 1)[-1]
-        base = POSTGRES_URL.rsplit("/", 1)[-1].split("?")[0]
-        store = PostgresStore(await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}"))
+    ``tmp_path``), on a fresh PostgreSQL database named after the test database and
+    the test module, and in a fresh ``MemoryStore``."""
+    store = await _fresh_store(request, tmp_path, tmp_path_factory)
+    await store.open()
+    await store.apply_schema()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def sql_store(
+    request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Store]:
+    """``sqlite_or_postgres`` but the memory store, for tests that need a SQL database (a
+    transaction step's own connection, a row written with SQL)."""
+    store = await _fresh_store(request, tmp_path, tmp_path_factory)
     await store.open()
     await store.apply_schema()
     try:

@@ -9,6 +9,7 @@ import pytest
 
 from durable_core import open_store
 from durable_core.seams.store import Store
+from durable_core.testing import MemoryStore
 from tests.conftest import (
     POSTGRES_URL,
     empty_mysql_database,
@@ -17,7 +18,7 @@ from tests.conftest import (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mysql", "memory"])
 async def talk_store(
     request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Store]:
@@ -28,9 +29,9 @@ async def talk_store(
         url = await migrated_sqlite_url(tmp_path / "durable.db", tmp_path_factory)
     elif request.param == "postgresql":
         url = await migrated_postgres_database(POSTGRES_URL, f"{base}_{module}")
-    else:
+    elif request.param == "mysql":
         url = await empty_mysql_database(f"{base}_{module}")
-    store = await open_store(url)
+    store = MemoryStore() if request.param == "memory" else await open_store(url)
     await store.apply_schema()
     try:
         yield store

@@ -104,7 +104,7 @@ def test_every_public_name_has_its_entry_in_the_built_api_reference(site: Path) 
         "durable_postgres.EmbeddedPostgres",
         "durable_mysql.MySQLStore",
         "durable_core.testing.WorkflowRunner",
-        "durable_core.testing.InMemoryCallerStore",
+        "durable_core.testing.MemoryStore",
         "durable_core.contract.StoreContract",
         "durable_core.caller.sync.SyncClient",
     ):

@@ -274,8 +274,8 @@ FAR_FUTURE = {"sqlite": "12000-01-01 00:00:00.000000", "postgresql": "12000-01-0
 FAR_PAST = {"sqlite": "0000-06-01 00:00:00.000000", "postgresql": "4000-01-01 00:00:00+00 BC"}
 
 
-async def test_a_stored_moment_out_of_range_is_read_clamped(sqlite_or_postgres: Store) -> None:
-    store = sqlite_or_postgres
+async def test_a_stored_moment_out_of_range_is_read_clamped(sql_store: Store) -> None:
+    store = sql_store
     kind = "postgresql" if isinstance(store, PostgresStore) else "sqlite"
     client = DurableClient(store)
     far, fine, old = [await client.start_workflow(waits_for_nothing) for _ in range(3)]

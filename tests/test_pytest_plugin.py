@@ -187,7 +187,12 @@ def test_a_run_that_uses_no_fixture_sets_none_up(pytester: pytest.Pytester, user
     result.assert_outcomes(passed=2)
     assert "durable_" not in result.stdout.str()
     listing = run(pytester, "--fixtures")
-    for name in ("durable_sqlite_store", "workflow_runner", "durable_worker"):
+    for name in (
+        "durable_sqlite_store",
+        "workflow_runner",
+        "durable_memory_store",
+        "durable_worker",
+    ):
         listing.stdout.fnmatch_lines([f"{name}*"])
 
 
@@ -198,6 +203,35 @@ def test_sqlite_store_and_runner_in_a_users_tests(
     result = run(pytester, "-v")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*test_a_wrong_expectation_fails*FAILED*", "*cy: expired*"])
+
+
+MEMORY_TESTS = """
+import pytest
+from durable_core import DurableClient, WorkflowStatus
+from durable_core.testing import WorkflowRunner
+
+from user_workflows import trial
+
+
+@pytest.mark.anyio
+async def test_on_a_memory_store(durable_memory_store):
+    assert await durable_memory_store.list_workflows() == []  # a fresh store
+    handle = await DurableClient(durable_memory_store).start_workflow(trial, "dee")
+    runner = WorkflowRunner(durable_memory_store)
+    assert await runner.run_until_complete(handle) is WorkflowStatus.SUCCEEDED
+    assert await handle.output() == "dee: expired"
+
+
+@pytest.mark.anyio
+async def test_each_gets_its_own(durable_memory_store):
+    assert await durable_memory_store.list_workflows() == []
+"""
+
+
+def test_a_memory_store_in_a_users_tests(pytester: pytest.Pytester, user_env: None) -> None:
+    pytester.makepyfile(user_workflows=USER_WORKFLOWS, test_memory=MEMORY_TESTS)
+    result = run(pytester, "-v")
+    result.assert_outcomes(passed=2)
 
 
 def test_a_worker_without_a_url_fails_and_says_how_to_give_one(

@@ -161,10 +161,10 @@ async def _mysql_drop(url: str, *tables: str) -> None:
 
 @pytest.fixture(params=["store", "app"])
 async def where(
-    request: pytest.FixtureRequest, sqlite_or_postgres: Store, tmp_path: Path, postgres_url: str
+    request: pytest.FixtureRequest, sql_store: Store, tmp_path: Path, postgres_url: str
 ) -> AsyncIterator[str]:
     """``orders`` in the store's own database, or in another database of the same kind."""
-    async with tables(request.param, sqlite_or_postgres, tmp_path, postgres_url, ORDERS_DDL):
+    async with tables(request.param, sql_store, tmp_path, postgres_url, ORDERS_DDL):
         yield request.param
 
 
@@ -204,9 +204,9 @@ async def _app_query(store: Store, sql: str, **params: Any) -> list[Any]:
 
 
 async def test_the_writes_and_the_record_commit_together_and_a_replay_runs_nothing_again(
-    sqlite_or_postgres: Store, where: str
+    sql_store: Store, where: str
 ) -> None:
-    store = sqlite_or_postgres
+    store = sql_store
     handle = await DurableClient(store).start_workflow(place_order, "order-1")
     FAIL_ONCE.add(handle.id)  # the attempt after the transaction step fails: a replay follows
     runner = WorkflowRunner(store)
@@ -232,9 +232,9 @@ async def place_three(order: str) -> Any:
 
 
 async def test_concurrent_transaction_steps_each_commit_once_under_the_path_of_their_branch(
-    sqlite_or_postgres: Store, where: str
+    sql_store: Store, where: str
 ) -> None:
-    store = sqlite_or_postgres
+    store = sql_store
     handle = await DurableClient(store).start_workflow(place_three, "many")
     FAIL_ONCE.add(handle.id)  # the replay finds each branch's record at its own path
     assert await WorkflowRunner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
@@ -275,12 +275,12 @@ async def test_mariadb_runs_transaction_steps_with_the_same_code(
 
 
 async def test_a_record_in_the_app_database_wins_over_a_store_that_lost_its_row(
-    sqlite_or_postgres: Store, tmp_path: Path, postgres_url: str
+    sql_store: Store, tmp_path: Path, postgres_url: str
 ) -> None:
     """A worker that died after the commit and before the step's row reached the store
     leaves the record alone: the next run finds it and does not run the body again."""
-    async with tables("app", sqlite_or_postgres, tmp_path, postgres_url, ORDERS_DDL):
-        await _lost_row_replays_from_the_record(sqlite_or_postgres)
+    async with tables("app", sql_store, tmp_path, postgres_url, ORDERS_DDL):
+        await _lost_row_replays_from_the_record(sql_store)
 
 
 async def _lost_row_replays_from_the_record(store: Store, *, orders_before: int = 0) -> None:
@@ -333,10 +333,10 @@ async def flaky_order(order: str) -> Any:
 
 
 async def test_a_body_that_raises_rolls_back_and_its_policy_runs_it_again(
-    sqlite_or_postgres: Store, where: str
+    sql_store: Store, where: str
 ) -> None:
     TRIES.clear()
-    store = sqlite_or_postgres
+    store = sql_store
     handle = await DurableClient(store).start_workflow(flaky_order, "order-2")
     assert await WorkflowRunner(store).run_until_complete(handle) is WorkflowStatus.SUCCEEDED
     assert len(TRIES) == 3
@@ -365,9 +365,9 @@ async def junk_order(order: str) -> Any:
 
 
 async def test_an_unserializable_output_rolls_it_all_back_and_records_nothing(
-    sqlite_or_postgres: Store, where: str
+    sql_store: Store, where: str
 ) -> None:
-    store = sqlite_or_postgres
+    store = sql_store
     handle = await DurableClient(store).start_workflow(junk_order, "order-3")
     assert await WorkflowRunner(store).run_until_complete(handle) is WorkflowStatus.FAILED
     error = await handle.error()

@@ -1,6 +1,6 @@
 """``CallerContract``: the caller role (:class:`~durable_core.seams.roles.CallerStore`):
-enqueue and read workflows, send messages. Its tests use no other role, so a fake
-that only plays this one (:class:`~durable_core.testing.InMemoryCallerStore`) runs it.
+enqueue and read workflows, send messages. Its tests use no other role, so a store or a
+fake that only plays this one runs it.
 """
 
 from __future__ import annotations
