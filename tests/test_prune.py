@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from durable_core.contract.retention_contract import settled
 from durable_core.contract.support import new_workflow

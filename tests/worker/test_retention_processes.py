@@ -35,7 +35,7 @@ async def orphans(sql: asyncpg.Connection) -> dict[str, int]:
     for table in OWNED:
         found[table.name] = int(
             await sql.fetchval(
-                f"SELECT count(*) FROM {table.name} t "  # noqa: S608 (our table names)
+                f"SELECT count(*) FROM {table.name} t "
                 "WHERE NOT EXISTS (SELECT 1 FROM workflows w WHERE w.id = t.workflow_id)"
             )
         )
