@@ -9,6 +9,7 @@ import pytest
 
 from durable_core import (
     ConfigurationError,
+    DurableClient,
     InvalidDurationError,
     Keep,
     Queue,
@@ -113,3 +114,15 @@ async def test_a_keeper_prunes_by_age_and_by_count(sqlite_store: SQLiteStore) ->
     assert keeper.removed["workflows"] == 3
     present = [await store.get_workflow(i) is not None for i in [*done, *failed, elsewhere]]
     assert present == [False, False, True, True, False, True, True]
+
+
+@pytest.mark.anyio
+async def test_the_clients_prune_refuses_bad_input(sqlite_store: SQLiteStore) -> None:
+    client = DurableClient(sqlite_store)
+    for age in ("-1d", "nan", 0, float("nan")):
+        with pytest.raises(InvalidDurationError, match="older_than must be a positive"):
+            await client.prune(age)
+    with pytest.raises(ConfigurationError, match="statuses are some of succeeded"):
+        await client.prune("1d", statuses=["running"])
+    with pytest.raises(ConfigurationError, match="batch takes 1 to 10000"):
+        await client.prune("1d", batch=0)
