@@ -25,6 +25,8 @@ from durable_core.durations import utcnow
 from durable_core.runtime.retention import RetentionKeeper, policies
 from durable_core.seams.records import NewWorkflow, WorkflowStatus
 from durable_core.sql import schema
+from durable_core.sql.erasure import ERASED_TABLES, PAYLOAD_FREE
+from durable_core.sql.retention import OWNED
 from durable_sqlite import SQLiteStore
 
 
@@ -126,3 +128,20 @@ async def test_the_clients_prune_refuses_bad_input(sqlite_store: SQLiteStore) ->
         await client.prune("1d", statuses=["running"])
     with pytest.raises(ConfigurationError, match="batch takes 1 to 10000"):
         await client.prune("1d", batch=0)
+
+
+def test_what_belongs_to_a_workflow_is_read_from_the_schema_and_erasure_covers_it() -> None:
+    assert {table.name for table in OWNED} == {
+        "workflow_steps",
+        "workflow_step_tries",
+        "workflow_attempts",
+        "workflow_messages",
+        "workflow_events",
+        "workflow_streams",
+        "workflow_updates",
+        "workflow_debounces",
+        "workflow_attributes",
+    }
+    # A table added later belongs to a workflow through its key: a prune removes it, and
+    # an erasure must say whether it holds payloads.
+    assert {*ERASED_TABLES, *PAYLOAD_FREE} == {schema.workflows, *OWNED}
