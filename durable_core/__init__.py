@@ -50,6 +50,7 @@ from .codec import (
 from .definitions.debounce import DebounceKey
 from .definitions.queues import Queue, RateLimit
 from .definitions.registry import Registry, Workflow, default_registry, workflow
+from .definitions.retention import Keep, Retention
 from .definitions.retry import RetryPolicy
 from .definitions.schedules import Overlap, Schedule, ScheduleRecord
 from .durations import MAX_DURATION
@@ -158,6 +159,8 @@ __all__ = [
     "MAX_DURATION",
     "Queue",
     "RateLimit",
+    "Keep",
+    "Retention",
     "BlockingCallInEventLoopError",
     "ClaimNotSupportedError",
     "Claimer",

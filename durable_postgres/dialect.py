@@ -164,6 +164,20 @@ class PostgresDialect(SQLDialect):
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(self.migration_lock_key)))
         yield
 
+    prune_lock_key: ClassVar[int] = 0x64757261626C66
+
+    def one_of(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        # One statement text for any length of list (statements are prepared once).
+        return column == sa.func.any(param(name, postgresql.ARRAY(sa.Text())))
+
+    def prune_turn(self, *, wait: bool) -> sa.Executable | None:
+        # A transaction-level lock: it ends with the batch's transaction, also behind a
+        # transaction pooler, and never outlives a session that went away.
+        key = const(self.prune_lock_key)
+        if wait:
+            return sa.select(sa.func.pg_advisory_xact_lock(key).is_not(None).label("turn"))
+        return sa.select(sa.func.pg_try_advisory_xact_lock(key).label("turn"))
+
 
 class PostgresStatements(Statements):
     """The shared statements, plus the claim; enqueueing is one statement for any batch."""

@@ -7,14 +7,16 @@ administration methods.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import durations
 from ..definitions.queues import Queue, queue_name
+from ..definitions.retention import SETTLED, parse_age
 from ..errors import ConfigurationError, RoleNotSupportedError, StatsNotSupportedError
 from ..runtime.context import body_effect
+from ..runtime.retention import prune
 from ..seams.attributes import AttributeFilter, Attributes, attributes_of, check_filters
 from ..seams.plugins import observers
 from ..seams.records import (
@@ -25,6 +27,7 @@ from ..seams.records import (
     WorkflowRecord,
     WorkflowStatus,
 )
+from ..seams.retention import PruneFilter, Pruning
 from ..seams.roles import CallerStore, admin_of, describe
 from ..seams.store import Erasure, WorkflowStats
 from .handle import WorkflowHandle
@@ -151,6 +154,40 @@ class AdminMethods:
             return json.dumps(await store.erase_workflow(workflow_id))
 
         return int(json.loads(await body_effect("durable.erase", [workflow_id], erase)))
+
+    async def prune(
+        self,
+        older_than: float | timedelta | str,
+        *,
+        statuses: Iterable[WorkflowStatus | str] = SETTLED,
+        names: Iterable[str] = (),
+        queues: Iterable[str] = (),
+        dry_run: bool = False,
+        batch: int = 1000,
+    ) -> dict[str, int]:
+        """Remove the settled workflows that ended more than ``older_than`` ago (seconds, a
+        ``timedelta`` or ``"30d"``), of ``statuses``, ``names`` and ``queues`` (empty:
+        any), with every row of theirs, ``batch`` per transaction; never one that is
+        unfinished, nor one whose parent or child is. The rows removed per table (with
+        ``dry_run``: counted, nothing removed). As ``durable prune``; the fleet applies
+        :class:`~durable_core.definitions.retention.Retention` policies itself."""
+        if not isinstance(self.store, Pruning):
+            raise RoleNotSupportedError(f"{describe(self.store)} cannot prune workflows")
+        age = parse_age(older_than, "older_than")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise ConfigurationError(f"batch takes 1 to 10000 workflows, got {batch!r}")
+        try:
+            chosen = tuple(WorkflowStatus(s) for s in statuses)
+            which = PruneFilter(
+                durations.utcnow() - timedelta(seconds=age), chosen, tuple(names), tuple(queues)
+            )
+        except ValueError:
+            raise ConfigurationError(
+                f"statuses are some of {', '.join(SETTLED)}, got {list(statuses)!r}"
+            ) from None
+        if dry_run:
+            return await self.store.count_prunable(which)
+        return dict(await prune(self.store, which, batch=batch) or {})
 
     async def fork(self, workflow_id: str, *, from_step: int) -> WorkflowHandle[Any]:
         """Start a new workflow (a new id) with the name, input, attempt budget and timeout

@@ -2,8 +2,8 @@
 
 Each module adds its commands: :mod:`.running` (worker, start, migrate, alembic,
 dashboard), :mod:`.inspecting` (list, stats, show, retry, cancel, erase, send, fork),
-:mod:`.schedules` and :mod:`.replaying` (export, replay-check); :mod:`.common` holds
-what they share.
+:mod:`.pruning` (prune), :mod:`.schedules` and :mod:`.replaying` (export, replay-check);
+:mod:`.common` holds what they share.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .. import __version__
 from ..codec.encryption import configure_from_env
 from ..errors import FrameworkError
 from ..runtime.worker import single_error
-from . import inspecting, replaying, running, schedules
+from . import inspecting, pruning, replaying, running, schedules
 from .common import (
     LOG_FORMAT_ENV,
     LOG_LEVEL_ENV,
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (running, inspecting, schedules, replaying):
+    for module in (running, inspecting, pruning, schedules, replaying):
         module.add_commands(commands)
     return parser
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser().parse_args(_valued(sys.argv[1:] if argv is None else argv))
             args.argv = None if argv is None else list(argv)  # what a supervisor runs again
             code = _main(args)
         finally:
@@ -89,6 +89,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+_VALUED = ("--older-than",)
+"""Options whose value may begin with ``-`` (``--older-than -1d``: refused by the command,
+with what it takes, not read by argparse as an option of its own)."""
+
+
+def _valued(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``OPTION -VALUE`` written ``OPTION=-VALUE`` for the :data:`_VALUED`."""
+    joined: list[str] = []
+    for word in argv:
+        if joined and joined[-1] in _VALUED and word.startswith("-") and word != "--":
+            joined[-1] = f"{joined[-1]}={word}"
+        else:
+            joined.append(word)
+    return joined
 
 
 def _main(args: argparse.Namespace) -> int:

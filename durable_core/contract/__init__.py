@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from .flow_contract import DebounceContract
     from .listing_contract import ListingContract
     from .liveness_contract import LivenessContract
+    from .retention_contract import RetentionContract
     from .run_contract import RunContract
     from .schedule_contract import ScheduleContract
     from .schedule_overlap_contract import ScheduleOverlapContract
@@ -88,6 +89,7 @@ _WHERE = {
     "ErasureContract": "erasure_contract",
     "ListingContract": "listing_contract",
     "LivenessContract": "liveness_contract",
+    "RetentionContract": "retention_contract",
     "RunContract": "run_contract",
     "ScheduleContract": "schedule_contract",
     "WaitingContract": "waiting_contract",
@@ -116,6 +118,7 @@ __all__ = [
     "ErasureContract",
     "ListingContract",
     "LivenessContract",
+    "RetentionContract",
     "RunContract",
     "ScheduleContract",
     "WaitingContract",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..durations import seconds
 from ..errors import ConfigurationError
+from .retention import Retention
 
 MAX_QUEUE_NAME = 255
 
@@ -47,7 +48,9 @@ class Queue:
     - ``key_concurrency``: at most this many run at once per concurrency key (a workflow's
       key is given with ``client.with_options(concurrency_key=...)``; rows without one
       are not limited by it; a key is counted within its queue);
-    - ``key_rate_limit``: at most ``limit`` starts per ``period`` per concurrency key.
+    - ``key_rate_limit``: at most ``limit`` starts per ``period`` per concurrency key;
+    - ``retention``: how long and how many of its settled workflows are kept (a
+      :class:`~durable_core.definitions.retention.Retention`; a workflow's own wins).
 
     A queue with a per-key limit is claimed fairly among its keys: the key running the
     fewest is served first, so one key's backlog never holds back another's work.
@@ -64,9 +67,14 @@ class Queue:
     rate_limit: RateLimit | None = None
     key_concurrency: int | None = None
     key_rate_limit: RateLimit | None = None
+    retention: Retention | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
+        if self.retention is not None and not isinstance(self.retention, Retention):
+            raise ConfigurationError(
+                f"queue {self.name!r}: retention must be a Retention, got {self.retention!r}"
+            )
         for field in ("concurrency", "worker_concurrency", "key_concurrency"):
             value = getattr(self, field)
             if value is not None and (

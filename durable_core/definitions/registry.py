@@ -20,6 +20,7 @@ from ..errors import (
     UnknownWorkflowError,
 )
 from .queues import DEFAULT_QUEUE, Queue, queue_name
+from .retention import Retention
 from .retry import RetryPolicy
 from .schedules import SCHEDULED_AT, Schedule
 
@@ -54,8 +55,11 @@ class Workflow(Generic[P, R]):
         timeout: float | None = None,
         queue: str = DEFAULT_QUEUE,
         schedule: Schedule | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.fn = fn
+        self.retention = retention
+        """How long and how many of its settled runs are kept (``None``: its queue's policy)."""
         self.name = name
         self.retry = retry
         self.timeout = timeout
@@ -116,6 +120,8 @@ class Registry:
         """Declare ``queue`` and its limits; one name has one set of limits."""
         if not isinstance(queue, Queue):
             raise RegistrationError(f"expected a Queue, got {queue!r}")
+        if queue.name == DEFAULT_QUEUE and self._queues[DEFAULT_QUEUE] == Queue(DEFAULT_QUEUE):
+            self._queues[DEFAULT_QUEUE] = queue  # the implicit default, declared now
         known = self._queues.setdefault(queue.name, queue)
         if known != queue:
             raise RegistrationError(
@@ -220,6 +226,7 @@ def workflow(
     registry: Registry | None = None,
     schedule: Schedule | str | None = None,
     schedule_timezone: str | None = None,
+    retention: Retention | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -235,6 +242,7 @@ def workflow(
     registry: Registry | None = None,
     schedule: Schedule | str | None = None,
     schedule_timezone: str | None = None,
+    retention: Retention | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare an ``async def`` as a durable workflow.
 
@@ -249,7 +257,9 @@ def workflow(
     its runs wait to be claimed; ``"default"`` otherwise.
     ``schedule`` (a cron expression, read in ``schedule_timezone`` or UTC, or a
     :class:`~durable_core.definitions.schedules.Schedule`) starts it on every tick once a worker
-    that imports it runs: the schedule is named after the workflow.
+    that imports it runs: the schedule is named after the workflow. ``retention`` (a
+    :class:`~durable_core.definitions.retention.Retention`) is how long and how many of
+    its settled runs the fleet keeps; it wins over its queue's.
     """
     target = registry or default_registry
     try:
@@ -271,6 +281,8 @@ def workflow(
                 f"retry must be a RetryPolicy, given without max_attempts (it has its own), "
                 f"got retry={retry!r}, max_attempts={max_attempts!r}"
             )
+        if retention is not None and not isinstance(retention, Retention):
+            raise RegistrationError(f"retention must be a Retention, got {retention!r}")
         definition = Workflow(
             func,
             name=name or qualified_name(func),
@@ -279,6 +291,7 @@ def workflow(
             timeout=declared_timeout(timeout, "@workflow timeout"),
             queue=home,
             schedule=_schedule(schedule, schedule_timezone),
+            retention=retention,
         )
         if definition.schedule is not None:
             try:

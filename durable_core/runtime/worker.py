@@ -41,6 +41,7 @@ from .flight import InFlight
 from .group_commit import group_commit
 from .leases import start_liveness
 from .outages import retry_log_level
+from .retention import RetentionKeeper
 from .scheduler import Scheduler, save_declared
 from .stopping import exit_soon
 
@@ -117,6 +118,8 @@ class WorkflowWorker:
         self._fatal: FrameworkError | None = None
         self.scheduler = Scheduler(store, self.config, self.registry, worker_id=self.worker_id)
         """Starts the workflows of due schedule ticks while the worker claims."""
+        self.retention = RetentionKeeper(store, self.registry, worker_id=self.worker_id)
+        """Prunes settled workflows as the registry's retention policies say."""
         self._scheduling = anyio.CancelScope()
         self._started_at = utcnow()
         self._outer: TaskGroup | None = None
@@ -250,6 +253,7 @@ class WorkflowWorker:
             if self.group is not None:
                 outer.start_soon(self.group.run)
             outer.start_soon(self._schedule)
+            outer.start_soon(self.retention.run)
             async with InFlight(self._task_failed) as running:
                 self._flight = running
                 await self._claim_loop(claimer, running)

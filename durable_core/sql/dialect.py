@@ -151,3 +151,13 @@ class SQLDialect:
     def migration_lock(self, conn: sa.Connection) -> Iterator[None]:
         """Held while the schema is upgraded, so two processes never upgrade at once."""
         yield
+
+    def one_of(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column`` is one of the list bound as the parameter ``name``."""
+        return column.in_(sa.bindparam(name, expanding=True))
+
+    def prune_turn(self, *, wait: bool) -> sa.Executable | None:
+        """A statement that takes, until its transaction ends, the one turn of prunes (where
+        the database has such locks; ``None``: it needs none, writes being serialized), its
+        first column false when ``wait`` is false and another transaction holds it."""
+        return None

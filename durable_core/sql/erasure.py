@@ -42,6 +42,13 @@ msg, ev, stream, up, attrs = (
 )
 
 
+ERASED_TABLES = (wf, st, tr, att, msg, ev, stream, up, attrs)
+"""The tables an erasure rewrites or deletes from."""
+PAYLOAD_FREE = (schema.workflow_debounces,)
+"""The tables of a workflow's rows that hold none of its payloads (an erasure leaves them;
+a prune, :data:`durable_core.sql.retention.OWNED`, removes them with the rest)."""
+
+
 def _unless_null(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
     """The tombstone where ``column`` holds a value; NULL stays NULL."""
     return sa.case((column.is_(None), sa.null()), else_=param("tomb", sa.Text()))

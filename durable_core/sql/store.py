@@ -36,6 +36,7 @@ from .debounce import DebounceOperations
 from .erasure import ErasureOperations
 from .operators import OperatorOperations
 from .reading import ReadOperations
+from .retention import PruningOperations
 from .rows import claimed_from_row
 from .schedule_overlap import ScheduleOverlapOperations
 from .schedules import ScheduleOperations
@@ -47,6 +48,7 @@ from .workers import WorkerOperations
 
 
 class SQLStore(
+    PruningOperations,
     ErasureOperations,
     CompensationOperations,
     WaitingOperations,

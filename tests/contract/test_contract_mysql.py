@@ -12,6 +12,7 @@ from durable_core.contract import (
     DebounceContract,
     ErasureContract,
     NoClaimerContract,
+    RetentionContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -58,6 +59,7 @@ class TestMySQLStore(
     CompensationContract,
     DebounceContract,
     ErasureContract,
+    RetentionContract,
     TransactionContract,
 ):
     pass

@@ -13,6 +13,7 @@ from durable_core.contract import (
     DebounceContract,
     ErasureContract,
     NoClaimerContract,
+    RetentionContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -54,6 +55,7 @@ class TestSQLiteStore(
     CompensationContract,
     DebounceContract,
     ErasureContract,
+    RetentionContract,
     TransactionContract,
 ):
     pass
