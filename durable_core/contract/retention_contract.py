@@ -28,8 +28,8 @@ def pruning(store: Store) -> Pruning:
     """``store`` as a :class:`Pruning` store, or a failure naming what it lacks."""
     if not isinstance(store, Pruning):
         pytest.fail(
-            f"{type(store).__name__} cannot prune (prune_workflows): build it on "
-            "durable_core.sql.SQLStore, or leave RetentionContract out",
+            f"{type(store).__name__} cannot prune: give it the Pruning capability "
+            "(durable_core.seams.retention), or leave RetentionContract out",
             pytrace=False,
         )
     return store

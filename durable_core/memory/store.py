@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from .schedules import ScheduleOperations
+from .retention import PruningOperations
 from .tables import Tables
 
 
-class MemoryStore(ScheduleOperations):
+class MemoryStore(PruningOperations):
     """A store that keeps everything in this process's memory: dicts guarded by one lock,
     no SQL and no database. The fastest store for unit tests with
     :class:`~durable_core.testing.WorkflowRunner`; it plays every role of
     :class:`~durable_core.seams.store.Store` and offers streams, updates, debounce,
-    attributes, schedule overlaps, compensations, erasure, the worker registry and the
-    operator's queries, under the same rules as the SQL stores.
+    attributes, schedule overlaps, compensations, erasure, pruning, the worker registry
+    and the operator's queries, under the same rules as the SQL stores.
 
     It cannot claim work for a worker (a worker refuses it, as it refuses SQLite), and
     it cannot run a transaction step on its own database, having none: give such a step

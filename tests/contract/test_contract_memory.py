@@ -15,6 +15,7 @@ from durable_core.contract import (
     DebounceContract,
     ErasureContract,
     NoClaimerContract,
+    RetentionContract,
     ScheduleOverlapContract,
     StoreContract,
     StreamsContract,
@@ -56,5 +57,13 @@ class TestMemoryStore(
     CompensationContract,
     DebounceContract,
     ErasureContract,
+    RetentionContract,
 ):
     pass
+
+
+def test_a_memory_prune_knows_every_table_a_workflow_owns_in_the_sql_schema() -> None:
+    from durable_core.memory.retention import OWNED as MEMORY_OWNED
+    from durable_core.sql.retention import OWNED as SQL_OWNED
+
+    assert set(MEMORY_OWNED) == {table.name for table in SQL_OWNED}
