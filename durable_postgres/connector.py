@@ -9,7 +9,7 @@ engine is used only to upgrade the schema.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,6 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from durable_core.sql import Failure, classify_sqlalchemy
 from durable_core.sql.connector import Params
+
+from .pooler import apply_session
 
 T = TypeVar("T")
 
@@ -143,6 +145,19 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
+def _with_settings(
+    settings: Mapping[str, str], init: Callable[[asyncpg.Connection], Awaitable[None]] | None
+) -> Callable[[asyncpg.Connection], Awaitable[None]]:
+    """The pool's ``init`` hook: set ``settings`` on each new connection, then run ``init``."""
+
+    async def setup(conn: asyncpg.Connection) -> None:
+        await apply_session(conn, settings)
+        if init is not None:
+            await init(conn)
+
+    return setup
+
+
 class _Statements:
     """Runs compiled statements on ``target``: the pool, or one connection in a transaction
     (both have asyncpg's ``fetch``, ``execute`` and ``executemany``)."""
@@ -228,12 +243,20 @@ class AsyncpgConnector(_Statements):
         max_size: int = 10,
         pool_options: Mapping[str, Any] | None = None,
         connect_options: Mapping[str, Any] | None = None,
+        session_settings: Mapping[str, str] | None = None,
     ) -> None:
         self.dsn = dsn
         self.min_size = min_size
         self.max_size = max_size
         self.pool_options = {"reset": keep_session, **(pool_options or {})}
         self.connect_options = dict(connect_options or {})
+        self.session_settings = dict(session_settings or {})
+        """Server settings set on each new connection of the pool, the transaction steps'
+        and the schema's, rather than sent at startup (a pooler in session mode)."""
+        if self.session_settings:
+            self.pool_options["init"] = _with_settings(
+                self.session_settings, self.pool_options.get("init")
+            )
         self._compiled: dict[int, tuple[sa.Executable, Compiled]] = {}
         self._held: list[HeldConnection] = []
         self._step_engine: AsyncEngine | None = None
@@ -281,6 +304,13 @@ class AsyncpgConnector(_Statements):
                 **self.connect_options,
             )
 
+    def _sqlalchemy_args(self) -> dict[str, Any]:
+        """SQLAlchemy's asyncpg options: no prepared statement kept when asyncpg keeps none
+        (behind a transaction pooler, where a statement cannot outlive its transaction)."""
+        if self.connect_options.get("statement_cache_size") == 0:
+            return {"prepared_statement_cache_size": 0}
+        return {}
+
     def step_engine(self) -> AsyncEngine:
         """The SQLAlchemy engine transaction steps run on (made at first use): a pool of
         its own, as large as this one, whose sessions keep the server's own planner
@@ -289,13 +319,17 @@ class AsyncpgConnector(_Statements):
             self.pool  # noqa: B018 - fails when the connector is not open
             options = dict(self.connect_options)
             settings = dict(options.get("server_settings") or {})
+            session = dict(self.session_settings)
             for name in STORE_ONLY_SETTINGS:
                 settings.pop(name, None)
+                session.pop(name, None)
             options["server_settings"] = settings
             dsn = self.dsn
 
             async def connect() -> asyncpg.Connection:
-                return await asyncpg.connect(dsn, **options)
+                conn = await asyncpg.connect(dsn, **options)
+                await apply_session(conn, session)
+                return conn
 
             self._step_engine = create_async_engine(
                 "postgresql+asyncpg://",
@@ -303,6 +337,7 @@ class AsyncpgConnector(_Statements):
                 pool_size=self.max_size,
                 max_overflow=0,
                 pool_timeout=_STEP_POOL_TIMEOUT,
+                connect_args=self._sqlalchemy_args(),
             )
         return self._step_engine
 
@@ -350,10 +385,15 @@ class AsyncpgConnector(_Statements):
         self.pool  # noqa: B018 - fails when the connector is not open
 
         async def connect() -> asyncpg.Connection:
-            return await asyncpg.connect(self.dsn, **self.connect_options)
+            conn = await asyncpg.connect(self.dsn, **self.connect_options)
+            await apply_session(conn, self.session_settings)
+            return conn
 
         engine = create_async_engine(
-            "postgresql+asyncpg://", async_creator=connect, poolclass=NullPool
+            "postgresql+asyncpg://",
+            async_creator=connect,
+            poolclass=NullPool,
+            connect_args=self._sqlalchemy_args(),
         )
         try:
             async with engine.begin() as conn:

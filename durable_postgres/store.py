@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from anyio.abc import TaskStatus
 
 from durable_core.definitions.queues import Route
-from durable_core.errors import InvalidDatabaseURLError, StoreError
+from durable_core.errors import ConfigurationError, InvalidDatabaseURLError, StoreError
 from durable_core.redaction import MASK, is_secret_name
 from durable_core.seams.records import ClaimedWorkflow, Settlement, StepWrite
 from durable_core.seams.talk_roles import Watch
@@ -30,10 +30,20 @@ from durable_core.sql.streams import PollingWatch
 from durable_core.sql.urls import parse_url
 
 from . import flush
-from .connector import AsyncpgConnector
+from .connector import AsyncpgConnector, driver_error
 from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect, PostgresStatements
 from .listener import Listener
 from .liveness import LivenessLock
+from .pooler import (
+    DIRECT_URL_OPTION,
+    POOLER_OPTION,
+    Pooler,
+    parse_pooler,
+    plan,
+    pooler_hint,
+    pop_option,
+    url_settings,
+)
 from .talk import TalkFeed
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -169,34 +179,62 @@ class PostgresStore(SQLStore):
         max_size: int = 10,
         listen: bool | None = None,
         liveness: bool | None = None,
+        pooler: str | None = None,
+        direct_url: str | None = None,
         **connect_kwargs: Any,
     ) -> None:
+        url, pooler_in_url = pop_option(url, POOLER_OPTION)
+        url, direct_in_url = pop_option(url, DIRECT_URL_OPTION)
+        self.pooler = parse_pooler(pooler if pooler is not None else pooler_in_url)
+        """What stands between this store and PostgreSQL (``durable_pooler``)."""
         dsn, description = normalize_url(url)
         dsn, listen_in_url = _pop_switch(dsn, _LISTEN_OPTION)
         dsn, liveness_in_url = _pop_switch(dsn, _LIVENESS_OPTION)
         options = {k: v for k, v in connect_kwargs.items() if k not in _POOL_ONLY_OPTIONS}
-        in_url = {key for key, _ in parse_qsl(dsn.partition("?")[2])}
-        options["server_settings"] = {
-            **{k: v for k, v in _DEFAULT_SERVER_SETTINGS.items() if k not in in_url},
-            **(options.get("server_settings") or {}),
-        }
+        from_url: dict[str, str] = {}
+        if self.pooler is not Pooler.NONE:
+            dsn, from_url = url_settings(dsn)  # set as the pooler allows, below
+        in_url = {key for key, _ in parse_qsl(dsn.partition("?")[2])} | set(from_url)
+        given = {**from_url, **(options.get("server_settings") or {})}
+        connection = plan(
+            self.pooler,
+            {**{k: v for k, v in _DEFAULT_SERVER_SETTINGS.items() if k not in in_url}, **given},
+            given,
+        )
+        options["server_settings"] = connection.startup
+        options.update(connection.options)
         self.connector: AsyncpgConnector = AsyncpgConnector(
             dsn,
             min_size=min_size,
             max_size=max_size,
             pool_options={k: v for k, v in connect_kwargs.items() if k in _POOL_ONLY_OPTIONS},
             connect_options=options,
+            session_settings=connection.session,
         )
         dialect = PostgresDialect()
         super().__init__(
             self.connector, dialect, description=description, statements=PostgresStatements(dialect)
         )
+        direct = direct_url if direct_url is not None else direct_in_url
+        self._direct: tuple[str, dict[str, Any]] | None = None
+        """The DSN and options of the connections that keep a session (``LISTEN``, the
+        liveness lock) when they do not go through the pool's way."""
+        if direct:
+            direct_dsn = normalize_url(direct)[0]
+            self._direct = (
+                direct_dsn,
+                {
+                    **{k: v for k, v in options.items() if k != "statement_cache_size"},
+                    "server_settings": {"application_name": "durable"},
+                },
+            )
+        sessions = self.pooler is not Pooler.TRANSACTION or self._direct is not None
         self._listener = (
             Listener(self._listen_connection, CHANNEL, self.description)
-            if _chosen(listen, listen_in_url)
+            if self._session_switch("listen", listen, listen_in_url, sessions)
             else None
         )
-        self._liveness_on = _chosen(liveness, liveness_in_url)
+        self._liveness_on = self._session_switch("liveness", liveness, liveness_in_url, sessions)
         self._liveness: dict[str, LivenessLock] = {}
         """The liveness lock each worker of this store holds, by worker id."""
         self._wakeup: anyio.Event | None = None
@@ -209,7 +247,33 @@ class PostgresStore(SQLStore):
         self._schedule_handlers: list[Callable[[], None]] = []
         self._talk = TalkFeed(self._listen_connection) if self._listener is not None else None
 
+    @staticmethod
+    def _session_switch(
+        name: str, argument: bool | None, in_url: bool | None, sessions: bool
+    ) -> bool:
+        """Whether ``listen`` or ``liveness`` is on: as chosen (on by default), and off
+        without a session to keep them in (a transaction pooler and no direct URL)."""
+        on = _chosen(argument, in_url)
+        if sessions or not on:
+            return on
+        if argument is None and in_url is None:
+            return False
+        raise ConfigurationError(
+            f"durable_{name}=on needs a session of its own, which a transaction pooler "
+            f"({POOLER_OPTION}=transaction) cannot keep: give {DIRECT_URL_OPTION}=<a URL "
+            "straight to PostgreSQL> (percent-encoded), or turn it off"
+        )
+
+    def _failed(self, operation: str, exc: BaseException) -> BaseException:
+        hint = pooler_hint(driver_error(exc), self.pooler)
+        if hint is not None:
+            return ConfigurationError(f"{operation} on {self.description}: {hint}")
+        return super()._failed(operation, exc)
+
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
+        if self._direct is not None:
+            dsn, options = self._direct
+            return await asyncpg.connect(dsn, timeout=timeout, **options)
         return await self.connector.connect(timeout)
 
     async def open(self) -> None:
