@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import asyncpg
 
+from durable_core import outages
 from durable_core.redaction import get_logger
 
 logger = get_logger("durable_postgres")
@@ -133,12 +134,7 @@ class Listener:
             except Exception as exc:
                 if conn is not None:
                     conn.terminate()
-                logger.warning(
-                    "cannot listen for new work on %s (retrying in %.1fs; polling meanwhile): %s",
-                    self._description,
-                    self._backoff,
-                    exc,
-                )
+                outages.unreachable(self._description, "LISTEN (polling meanwhile)", exc)
                 self._retry_at = anyio.current_time() + self._backoff
                 self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
                 return False
@@ -148,6 +144,7 @@ class Listener:
             self._conn = conn
             conn.add_termination_listener(self._on_closed)
             self._backoff = _BACKOFF_MIN
+            outages.reachable(self._description, "LISTEN (polling meanwhile)")
             for handler in self._on_open:
                 try:
                     handler()

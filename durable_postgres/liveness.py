@@ -26,6 +26,7 @@ import anyio
 import asyncpg
 from anyio.abc import TaskStatus
 
+from durable_core import outages
 from durable_core.redaction import get_logger
 
 from .dialect import LIVENESS_LOCKS
@@ -44,6 +45,7 @@ _PING_TIMEOUT = 10.0
 _CONNECT_TIMEOUT = 10.0
 _BACKOFF_MIN = 0.1
 _BACKOFF_MAX = 5.0
+_WHAT = "the liveness session"
 
 
 def new_key() -> int:
@@ -73,6 +75,7 @@ class LivenessLock:
             try:
                 conn = await self._connect(_CONNECT_TIMEOUT)
                 row = await conn.fetchrow(TAKE, LIVENESS_LOCKS, self.key, timeout=_PING_TIMEOUT)
+                outages.reachable(self._description, _WHAT)
                 if row is not None and row["taken"]:
                     self.held = (self.key, row["epoch"])
                     backoff = _BACKOFF_MIN
@@ -93,12 +96,7 @@ class LivenessLock:
                         self._description,
                     )
             except Exception as exc:  # any failure to hold it is waited out, never fatal
-                logger.warning(
-                    "cannot hold the liveness session on %s (retrying in %.1fs): %s",
-                    self._description,
-                    backoff,
-                    exc,
-                )
+                outages.unreachable(self._description, _WHAT, exc)
             finally:
                 self.held = None
                 if conn is not None:

@@ -245,7 +245,11 @@ class PostgresStore(SQLStore):
         self._flushes: dict[frozenset[str], sa.Executable] = {}
         """The flush statement for each mix of writes, built when first needed."""
         self._schedule_handlers: list[Callable[[], None]] = []
-        self._talk = TalkFeed(self._listen_connection) if self._listener is not None else None
+        self._talk = (
+            TalkFeed(self._listen_connection, self.description)
+            if self._listener is not None
+            else None
+        )
 
     @staticmethod
     def _session_switch(

@@ -14,15 +14,14 @@ from collections.abc import Awaitable, Callable
 import anyio
 import asyncpg
 
-from durable_core.redaction import get_logger
+from durable_core import outages
 
 from .dialect import TALK_CHANNEL
 from .listener import close_connection
 
-logger = get_logger("durable_postgres")
-
 _CONNECT_TIMEOUT = 5.0
 _RETRY_AFTER = 1.0
+_WHAT = "LISTEN for stream writes (polling meanwhile)"
 
 
 class TalkWatch:
@@ -58,8 +57,11 @@ class TalkWatch:
 class TalkFeed:
     """Wakes the watches of each workflow named by a ``durable_talk`` notification."""
 
-    def __init__(self, connect: Callable[[float], Awaitable[asyncpg.Connection]]) -> None:
+    def __init__(
+        self, connect: Callable[[float], Awaitable[asyncpg.Connection]], description: str
+    ) -> None:
         self._connect = connect
+        self._description = description
         self._conn: asyncpg.Connection | None = None
         self._lock: anyio.Lock | None = None
         self._retry_at = 0.0
@@ -104,11 +106,12 @@ class TalkFeed:
             except Exception as exc:
                 if conn is not None:
                     conn.terminate()
-                logger.warning("cannot listen for stream writes (polling meanwhile): %s", exc)
+                outages.unreachable(self._description, _WHAT, exc)
                 self._retry_at = anyio.current_time() + _RETRY_AFTER
                 return False
             conn.add_termination_listener(self._on_closed)
             self._conn = conn
+            outages.reachable(self._description, _WHAT)
             return True
 
     async def close(self) -> None:

@@ -19,7 +19,7 @@ from durable_core.errors import NonRetryableError
 
 ROOT = Path(durable_core.__file__).parent
 TOP_MODULES = {"__init__", "__main__", "_moved", "durations", "errors", "pytest_plugin"}
-TOP_MODULES |= {"redaction", "testing"}
+TOP_MODULES |= {"outages", "redaction", "testing"}
 
 
 def test_the_top_level_holds_packages_and_the_public_modules_only() -> None:

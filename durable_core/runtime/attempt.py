@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar, cast
 import anyio
 import anyio.lowlevel
 
+from .. import outages
 from ..codec import decode, encode, encode_arguments, same_arguments
 from ..codec.failures import dump_error, error_record
 from ..definitions.retry import RetryPolicy
@@ -36,6 +37,7 @@ from ..redaction import get_logger
 from ..seams.events import AttemptEvent
 from ..seams.plugins import observers, observing
 from ..seams.records import ClaimedWorkflow, StepStatus, Wait, WaitKind
+from ..seams.roles import describe
 from ..seams.store import StepWriter, Store
 from .branches import branch_var, current_task
 from .compensation import Sagas, compensating
@@ -494,9 +496,7 @@ class Attempt(Waits, Effects, Sagas, Transactions):
                 except StoreUnavailableError as exc:
                     if time.monotonic() + delay >= self.lease_deadline:
                         raise
-                    logger.warning(
-                        "store unavailable, retrying in %.2fs: %s", delay, exc, extra=self.fields
-                    )
+                    outages.unreachable(describe(self.store), "a workflow's write", exc)
                     await anyio.sleep(delay)
                     delay = min(delay * 2, _MAX_STORE_BACKOFF)
                 except LeaseLostError:
@@ -517,7 +517,7 @@ class Attempt(Waits, Effects, Sagas, Transactions):
                 self.end(Ending.LEASE_LOST)
             return
         except StoreUnavailableError as exc:
-            logger.warning("lease renewal failed, will retry: %s", exc, extra=self.fields)
+            outages.unreachable(describe(self.store), "lease renewal", exc)
         except Exception:
             logger.exception("lease renewal failed, will retry", extra=self.fields)
         else:

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from .. import outages
 from ..codec import encode_arguments
 from ..definitions.queues import DEFAULT_QUEUE
 from ..definitions.registry import Registry, Workflow, check_arguments
@@ -41,7 +42,7 @@ from ..errors import FrameworkError, StoreUnavailableError, UnknownWorkflowError
 from ..redaction import get_logger
 from ..seams.plugins import observers, workflow_headers
 from ..seams.records import NewWorkflow
-from ..seams.roles import CallerStore
+from ..seams.roles import CallerStore, describe
 from ..seams.store import ScheduleFeed, ScheduleOverlaps, Store
 from .config import WorkflowConfig
 
@@ -94,8 +95,9 @@ class Scheduler:
             try:
                 await self.fire_due()
                 wait = await self.seconds_to_next_tick()
+                outages.reachable(describe(self.store), "the scheduler")
             except StoreUnavailableError as exc:
-                logger.warning("scheduler: store unavailable: %s", exc, extra=self._fields())
+                outages.unreachable(describe(self.store), "the scheduler", exc)
                 wait = self.config.poll_interval
             except FrameworkError as exc:
                 logger.error("scheduler: %s", exc, extra=self._fields())

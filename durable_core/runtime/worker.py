@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import anyio
 from anyio.abc import TaskGroup
 
+from .. import outages
 from ..definitions.queues import Queue, check_queue_name, routes
 from ..definitions.registry import Registry, default_registry
 from ..durations import utcnow
@@ -288,6 +289,9 @@ class WorkflowWorker:
         while True:
             try:
                 await self.store.beat_worker(self.record(), self.config.lock_timeout_secs)
+                outages.reachable(self.store.description, "the worker's heartbeat")
+            except StoreUnavailableError as exc:
+                outages.unreachable(self.store.description, "the worker's heartbeat", exc)
             except FrameworkError as exc:
                 logger.warning(
                     "could not refresh this worker's row: %s",
@@ -390,12 +394,7 @@ class WorkflowWorker:
                     routes=lanes,
                 )
             except StoreUnavailableError as exc:
-                logger.warning(
-                    "claim failed, retrying in %.1fs: %s",
-                    backoff,
-                    exc,
-                    extra={"worker_id": self.worker_id},
-                )
+                outages.unreachable(self.store.description, "claim", exc)
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, _MAX_CLAIM_BACKOFF)
                 continue
@@ -407,6 +406,7 @@ class WorkflowWorker:
                 self._stop_asked.set()
                 return
             backoff = 0.1
+            outages.reachable(self.store.description, "claim")
             observers().durable_claim_finished(
                 worker_id=self.worker_id,
                 claimed=len(claimed),
