@@ -9,6 +9,7 @@ Enqueueing sends ``NOTIFY durable_workflows`` in the same statement, and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -113,6 +114,7 @@ def normalize_url(url: str) -> tuple[str, str]:
 
 _LISTEN_OPTION = "durable_listen"
 _LIVENESS_OPTION = "durable_liveness"
+_COMMAND_TIMEOUT_OPTION = "durable_command_timeout"
 _OFF = frozenset({"off", "false", "0", "no"})
 _ON = frozenset({"on", "true", "1", "yes"})
 
@@ -140,6 +142,22 @@ def _pop_switch(dsn: str, option: str) -> tuple[str, bool | None]:
     return base + ("?" + "&".join(kept) if kept else ""), switch
 
 
+def _command_timeout(value: str | None) -> dict[str, float]:
+    """The pool's ``command_timeout`` for a URL's ``durable_command_timeout`` (seconds)."""
+    if value is None:
+        return {}
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidDatabaseURLError(
+            f"{_COMMAND_TIMEOUT_OPTION}={value!r} in the PostgreSQL URL: use a number of "
+            "seconds above 0"
+        )
+    return {"command_timeout": seconds}
+
+
 def _chosen(argument: bool | None, in_url: bool | None) -> bool:
     """A switch: the argument when given, else the URL's option, else on."""
     if argument is not None:
@@ -157,13 +175,20 @@ class PostgresStore(SQLStore):
     (or ``?durable_listen=off`` in the URL) turns ``LISTEN`` off: workers then
     find new work by polling alone. ``liveness=False`` (``?durable_liveness=off``)
     turns off the liveness session each worker holds (see
-    :mod:`durable_postgres.liveness`; a transaction-mode pooler cannot keep one): the
-    workflows of a killed worker are then taken over when their leases expire. Its
-    connections plan each statement once and never as a sequential scan
-    (``plan_cache_mode = force_generic_plan``, ``enable_seqscan = off``); a URL's own
-    ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins. A worker's
-    flushes and claims each keep a connection of the pool (see
-    :class:`~durable_postgres.connector.HeldConnection`) when it can spare them.
+    :mod:`durable_postgres.liveness`): the workflows of a killed worker are then taken
+    over when their leases expire. Its connections plan each statement once and never
+    as a sequential scan (``plan_cache_mode = force_generic_plan``,
+    ``enable_seqscan = off``); a URL's own ``?plan_cache_mode=`` or ``?enable_seqscan=``
+    wins, as does any server setting in its query (``?statement_timeout=30s``).
+    ``?durable_command_timeout=SECONDS`` bounds each statement of the pool on the
+    client's side. A worker's flushes and claims each keep a connection of the pool
+    (see :class:`~durable_postgres.connector.HeldConnection`) when it can spare them.
+
+    Behind a connection pooler, ``pooler`` (``?durable_pooler=``) names its mode,
+    ``transaction`` or ``session`` (see :mod:`durable_postgres.pooler`); behind a
+    transaction pooler, ``direct_url`` (``?durable_direct_url=``, percent-encoded) is a
+    URL straight to PostgreSQL for ``LISTEN`` and the liveness sessions, without which
+    both are off.
     """
 
     statements: PostgresStatements
@@ -185,6 +210,7 @@ class PostgresStore(SQLStore):
     ) -> None:
         url, pooler_in_url = pop_option(url, POOLER_OPTION)
         url, direct_in_url = pop_option(url, DIRECT_URL_OPTION)
+        url, command_timeout = pop_option(url, _COMMAND_TIMEOUT_OPTION)
         self.pooler = parse_pooler(pooler if pooler is not None else pooler_in_url)
         """What stands between this store and PostgreSQL (``durable_pooler``)."""
         dsn, description = normalize_url(url)
@@ -207,7 +233,10 @@ class PostgresStore(SQLStore):
             dsn,
             min_size=min_size,
             max_size=max_size,
-            pool_options={k: v for k, v in connect_kwargs.items() if k in _POOL_ONLY_OPTIONS},
+            pool_options={
+                **_command_timeout(command_timeout),
+                **{k: v for k, v in connect_kwargs.items() if k in _POOL_ONLY_OPTIONS},
+            },
             connect_options=options,
             session_settings=connection.session,
         )
