@@ -42,6 +42,10 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     # What asyncpg raises when a query starts on a connection whose server
     # process has just been terminated (the pool then replaces the connection).
     asyncpg.InternalClientError,
+    # A statement the server cancelled (statement_timeout, lock_timeout, an operator's
+    # pg_cancel_backend): rolled back, so retried as a brief outage is.
+    asyncpg.QueryCanceledError,
+    asyncpg.LockNotAvailableError,
 )
 _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.InvalidAuthorizationSpecificationError,

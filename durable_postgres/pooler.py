@@ -130,6 +130,12 @@ def parse_pooler(value: str | None) -> Pooler:
     """The :class:`Pooler` a ``durable_pooler`` value names."""
     if value is None:
         return Pooler.NONE
+    if value.strip().lower() == "statement":
+        raise InvalidDatabaseURLError(
+            f"{POOLER_OPTION}=statement in the PostgreSQL URL: a statement-mode pooler cannot "
+            "run the store's transactions of several statements (claims, enqueues); use "
+            "pool_mode = transaction and durable_pooler=transaction"
+        )
     try:
         return Pooler(value.strip().lower())
     except ValueError:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from durable_core.errors import InvalidDatabaseURLError
+from durable_core import DurableClient, WorkflowStatus, recv, workflow
+from durable_core.errors import InvalidDatabaseURLError, StoreUnavailableError
 from durable_postgres import PostgresStore
+from tests.conftest import migrated_postgres_database
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon", ""])
@@ -28,3 +30,28 @@ async def test_server_timeouts_in_the_url_and_the_client_timeout_apply(postgres_
     async with PostgresStore(f"{postgres_url}?durable_command_timeout=0.3") as store:
         with pytest.raises(TimeoutError):
             await store.connector.pool.fetchval("SELECT pg_sleep(5)")
+
+
+@workflow
+async def waits_for_a_message() -> object:
+    return await recv("go")
+
+
+async def test_a_statement_the_server_cancels_is_a_transient_error(postgres_url: str) -> None:
+    """``lock_timeout`` cancels a write that waits on a locked row: the store says the
+    database is unavailable (which the worker retries), and the same write works once the
+    lock is gone."""
+    database = await migrated_postgres_database(postgres_url, "lock_timeout")
+    async with PostgresStore(f"{database}?lock_timeout=100ms") as store:
+        client = DurableClient(store)
+        handle = await client.start_workflow(waits_for_a_message)
+        locker = await asyncpg.connect(database)
+        try:
+            async with locker.transaction():
+                await locker.execute("SELECT 1 FROM workflows WHERE id = $1 FOR UPDATE", handle.id)
+                with pytest.raises(StoreUnavailableError, match="lock timeout"):
+                    await client.cancel(handle.id)
+        finally:
+            await locker.close()
+        await client.cancel(handle.id)
+        assert await handle.status() is WorkflowStatus.CANCELLED

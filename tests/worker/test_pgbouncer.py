@@ -20,7 +20,7 @@ import pytest
 
 from durable_core import DurableClient, Schedule, WorkflowStatus
 from durable_core.dashboard import create_app
-from durable_core.errors import ConfigurationError
+from durable_core.errors import ConfigurationError, InvalidDatabaseURLError
 from durable_postgres import PostgresStore
 from tests.conftest import fresh_postgres_database, migrated_postgres_database
 from tests.pgbouncer import pgbouncer
@@ -142,7 +142,7 @@ async def test_a_store_not_told_of_the_pooler_refuses_in_one_line(postgres_url: 
         assert listed.stderr.count("\n") == 1 and "durable_pooler" in listed.stderr
         bad = durable("list", "--database-url", bouncer.url(name, durable_pooler="statement"))
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-        assert "durable_pooler='statement'" in bad.stderr
+        assert "durable_pooler=statement" in bad.stderr and "pool_mode = transaction" in bad.stderr
 
     # A pooler told to pass the settings on still shares its server sessions: a process's
     # first named statement meets the one of the same name an earlier process left there.
@@ -158,6 +158,8 @@ async def test_a_store_not_told_of_the_pooler_refuses_in_one_line(postgres_url: 
 
 def test_a_transaction_pooler_refuses_session_settings_in_one_line() -> None:
     url = "postgresql://u@127.0.0.1:6432/db?durable_pooler=transaction"
+    with pytest.raises(InvalidDatabaseURLError, match=r"use transaction, session or none"):
+        PostgresStore(url.replace("transaction", "bogus"))
     with pytest.raises(ConfigurationError, match=r"statement_timeout .*ALTER ROLE"):
         PostgresStore(f"{url}&statement_timeout=5s")
     with pytest.raises(ConfigurationError, match=r"durable_direct_url"):
