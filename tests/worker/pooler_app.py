@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from durable_core import WorkflowContext, recv, sleep, workflow, workflow_step
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from durable_core import (
+    WorkflowContext,
+    recv,
+    sleep,
+    transaction_step,
+    workflow,
+    workflow_step,
+)
+
+ROWS_DDL = "CREATE TABLE IF NOT EXISTS pooler_rows (workflow_id text PRIMARY KEY, n int NOT NULL)"
 
 
 @workflow_step
@@ -17,10 +29,22 @@ async def worker_of() -> str:
     return ctx.worker_id
 
 
+@transaction_step
+async def insert_row(conn: AsyncConnection, n: int) -> int:
+    """A row written in the same transaction as the step's record (the store's database)."""
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    await conn.execute(
+        sa.text("INSERT INTO pooler_rows (workflow_id, n) VALUES (:wf, :n)"),
+        {"wf": ctx.workflow_id, "n": n},
+    )
+    return n
+
+
 @workflow(name="pooler.steps")
 async def steps(n: int) -> int:
-    """Three steps."""
-    return await add_one(await add_one(await add_one(n)))
+    """Three steps, then a transaction step."""
+    return await insert_row(await add_one(await add_one(await add_one(n))))
 
 
 @workflow(name="pooler.sleeper")

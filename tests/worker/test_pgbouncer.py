@@ -65,6 +65,7 @@ async def test_a_worker_runs_everything_behind_pgbouncer(
         await store.open()
         sql = await asyncpg.connect(database)
         try:
+            await sql.execute(pooler_app.ROWS_DDL)
             proc = workers.start(app="tests.worker.pooler_app")
             client = DurableClient(store)
 
@@ -76,6 +77,10 @@ async def test_a_worker_runs_everything_behind_pgbouncer(
             assert await sql.fetchval(
                 "SELECT count(*) FROM workflow_steps WHERE step_name LIKE '%add_one'"
             ) == 3 * len(handles)
+            rows = await sql.fetch("SELECT workflow_id, n FROM pooler_rows")
+            assert {row["workflow_id"]: row["n"] for row in rows} == {
+                handle.id: n + 3 for n, handle in enumerate(handles)
+            }, "each transaction step's row, written once"
 
             slept = await client.start_workflow(pooler_app.sleeper, 0.5)
             receiving = await client.start_workflow(pooler_app.receiver, "greeting")

@@ -35,6 +35,7 @@ async def limited_role(database: str) -> AsyncIterator[str]:
     role = scratch_name("durable_limited")
     admin = await asyncpg.connect(database)
     try:
+        await admin.execute(pooler_app.ROWS_DDL)
         await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
         await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT {LIMIT}')
         name = database.rsplit("/", 1)[1]
