@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import anyio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -66,3 +70,20 @@ async def receiver(topic: str) -> object:
 async def ticked(label: str) -> str:
     """What a schedule starts."""
     return f"{label} by {await worker_of()}"
+
+
+@workflow_step
+async def hang_once() -> str:
+    """On its first attempt, says so in ``$POOLER_MARK`` and blocks (until the worker dies)."""
+    ctx = WorkflowContext.current()
+    assert ctx is not None
+    if ctx.attempt == 1:
+        Path(os.environ["POOLER_MARK"]).write_text(ctx.worker_id)
+        await anyio.sleep(3600)
+    return ctx.worker_id
+
+
+@workflow(name="pooler.hangs_once")
+async def hangs_once() -> str:
+    """One step, which blocks on the first attempt."""
+    return await hang_once()

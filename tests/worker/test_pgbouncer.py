@@ -9,6 +9,7 @@ and the dashboard. A store not told of the pooler refuses in one line naming the
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,52 @@ async def test_a_worker_runs_everything_behind_pgbouncer(
             workers.stop_all()
             await store.close()
             await sql.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "direct"),
+    [("transaction", True), ("session", False)],
+    ids=["transaction-with-direct-url", "session"],
+)
+async def test_a_killed_workers_workflow_is_taken_over_before_its_lease_ends(
+    postgres_url: str, tmp_path: Path, mode: str, direct: bool
+) -> None:
+    """The liveness session (through the pooler in session mode, on the direct URL in
+    transaction mode) ends with the SIGKILLed worker, and the other takes over at once."""
+    database = await migrated_postgres_database(postgres_url, f"pgbouncer_kill_{mode}")
+    options = {"durable_pooler": mode}
+    if direct:
+        options["durable_direct_url"] = quote(database, safe="")
+    mark = tmp_path / "hanging"
+    with pgbouncer(postgres_url, mode) as bouncer:
+        url = bouncer.url(database.rsplit("/", 1)[1], **options)
+        workers = Workers(url, tmp_path)
+        store = PostgresStore(url)
+        await store.open()
+        try:
+            env = {"WORKFLOW_LOCK_TIMEOUT_SECS": 300, "POOLER_MARK": str(mark)}
+            victim = workers.start(app="tests.worker.pooler_app", **env)
+            handle = await DurableClient(store).start_workflow(pooler_app.hangs_once)
+
+            async def hanging() -> bool:
+                return mark.exists()
+
+            await eventually(hanging, timeout=WAIT, what="the step to hang")
+            rescuer = workers.start(app="tests.worker.pooler_app", **env)
+
+            async def rescuer_started() -> bool:
+                return "started: concurrency" in workers.log(rescuer)
+
+            await eventually(rescuer_started, timeout=WAIT, what="the rescuer to start")
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=WAIT)
+            # With the lease alone this would take five minutes, more than WAIT.
+            assert await handle.wait_with_timeout(WAIT) is WorkflowStatus.SUCCEEDED
+            assert await handle.output() != mark.read_text(), "the other worker ran it"
+            assert "is dead (its database session ended)" in workers.log(rescuer)
+        finally:
+            workers.stop_all()
+            await store.close()
 
 
 async def test_a_store_not_told_of_the_pooler_refuses_in_one_line(postgres_url: str) -> None:
