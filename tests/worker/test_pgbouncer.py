@@ -157,7 +157,10 @@ async def test_a_killed_workers_workflow_is_taken_over_before_its_lease_ends(
         store = PostgresStore(url)
         await store.open()
         try:
-            env = {"WORKFLOW_LOCK_TIMEOUT_SECS": 300, "POOLER_MARK": str(mark)}
+            env: dict[str, str | float] = {
+                "WORKFLOW_LOCK_TIMEOUT_SECS": 300,
+                "POOLER_MARK": str(mark),
+            }
             victim = workers.start(app="tests.worker.pooler_app", **env)
             handle = await DurableClient(store).start_workflow(pooler_app.hangs_once)
 
