@@ -9,6 +9,7 @@ engine is used only to upgrade the schema.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from durable_core.redaction import get_logger
 from durable_core.sql import Failure, classify_sqlalchemy
 from durable_core.sql.connector import Params
 
@@ -61,6 +63,25 @@ _STEP_POOL_TIMEOUT = 3600.0
 take turns)."""
 _CACHE_LIMIT = 512
 _MISSING = object()
+logger = get_logger("durable_postgres")
+
+
+class _QuietFloor(logging.Filter):
+    """Turns asyncpg's WARNING with a traceback, each time its pool fails to reconnect in the
+    background (``Failed to restore the pool connection floor``), into one DEBUG line: the
+    outage is reported once, by the store's own retries (:mod:`durable_core.outages`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Failed to restore the pool connection floor"):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        logger.debug("the pool could not reconnect in the background: %s", error)
+        return False
+
+
+_QUIET_FLOOR = _QuietFloor()
+if _QUIET_FLOOR not in logging.getLogger("asyncpg.pool").filters:
+    logging.getLogger("asyncpg.pool").addFilter(_QUIET_FLOOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +206,15 @@ class _Statements:
         await self.target.executemany(compiled.sql, [compiled.args(p) for p in params])
 
 
+def _usable(conn: Any) -> bool:
+    """Whether a kept pool connection is still open (the pool takes back one whose
+    server session ended, and a call on it then fails)."""
+    try:
+        return not conn.is_closed()
+    except asyncpg.InterfaceError:
+        return False
+
+
 class HeldConnection:
     """A pooled connection one task keeps for the statements it sends one after another
     (the group commit's flushes, the claims): each skips the pool's acquire and release,
@@ -211,6 +241,9 @@ class HeldConnection:
         self.busy = True
         try:
             conn = self._conn
+            if conn is not None and not _usable(conn):
+                await self.release()
+                conn = None
             if conn is None:
                 self._pool = pool = self.connector.pool
                 conn = self._conn = await pool.acquire()

@@ -115,3 +115,51 @@ async def _refused_then_served(url: str, tmp_path: Path, refuser: str) -> None:
         workers.stop_all()
         for conn in held:
             await conn.close()
+
+
+async def test_a_running_worker_waits_out_refused_connections_with_one_warning(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Its sessions cut while the role may open none (``CONNECTION LIMIT 0``): every part
+    of the worker retries quietly under one WARNING, and the work waiting meanwhile runs
+    once connections are allowed again."""
+    database = await migrated_postgres_database(postgres_url, "too_many_running")
+    async with limited_role(database) as limited, PostgresStore(database) as store:
+        role = limited.split("://", 1)[1].split("@", 1)[0]
+        client = DurableClient(store)
+        workers = Workers(limited, tmp_path)
+        admin = await asyncpg.connect(database)
+        try:
+            proc = workers.start(
+                app="tests.worker.pooler_app", WORKFLOW_CONCURRENCY=2, DURABLE_LOG_LEVEL="DEBUG"
+            )
+            before = await client.start_workflow(pooler_app.steps, 1)
+            assert await before.wait_with_timeout(WAIT) is WorkflowStatus.SUCCEEDED
+
+            await admin.execute(f'ALTER ROLE "{role}" CONNECTION LIMIT 0')
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role
+            )
+            during = await client.start_workflow(pooler_app.steps, 2)
+
+            async def retried() -> bool:
+                return "still unreachable" in workers.log(proc)
+
+            await eventually(retried, timeout=WAIT, what="the worker to retry, quietly")
+            assert proc.poll() is None, workers.log(proc)
+            await admin.execute(f'ALTER ROLE "{role}" CONNECTION LIMIT {LIMIT}')
+            assert await during.wait_with_timeout(WAIT) is WorkflowStatus.SUCCEEDED
+
+            async def back() -> bool:
+                return "reachable again" in workers.log(proc)
+
+            await eventually(back, timeout=WAIT, what="the worker to say the database is back")
+            log = workers.log(proc)
+            outage = [line for line in log.splitlines() if "is unreachable" in line]
+            assert len(outage) == 1 and " WARNING " in outage[0], log
+            assert "too many connections" in outage[0] or "terminat" in outage[0], outage
+            assert "Traceback" not in log and " ERROR " not in log, log
+            assert proc.poll() is None
+        finally:
+            workers.stop_all()
+            await admin.close()
