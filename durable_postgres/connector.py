@@ -206,7 +206,7 @@ class _Statements:
         await self.target.executemany(compiled.sql, [compiled.args(p) for p in params])
 
 
-def _usable(conn: Any) -> bool:
+def usable(conn: Any) -> bool:
     """Whether a kept pool connection is still open (the pool takes back one whose
     server session ended, and a call on it then fails)."""
     try:
@@ -241,7 +241,7 @@ class HeldConnection:
         self.busy = True
         try:
             conn = self._conn
-            if conn is not None and not _usable(conn):
+            if conn is not None and not usable(conn):
                 await self.release()
                 conn = None
             if conn is None:

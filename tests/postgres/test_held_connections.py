@@ -15,7 +15,8 @@ import sqlalchemy as sa
 
 from durable_core.errors import StoreUnavailableError
 from durable_postgres import PostgresStore
-from durable_postgres.connector import AsyncpgConnector, HeldConnection
+from durable_postgres.connector import AsyncpgConnector, HeldConnection, usable
+from tests.worker.conftest import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -73,12 +74,35 @@ async def test_a_connection_killed_under_it_fails_one_statement_and_the_next_rec
     victim = await pid(held)
     admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", victim)
+        # Killed while a statement runs on it: that statement fails, the next reconnects.
+        async with anyio.create_task_group() as tasks:
+
+            async def sleep_on_it() -> None:
+                with pytest.raises(StoreUnavailableError):
+                    await store._fetch("held", SLEEP, {"seconds": 30}, on=held)
+
+            tasks.start_soon(sleep_on_it)
+
+            async def sleeping() -> bool:
+                query = "SELECT query FROM pg_stat_activity WHERE pid = $1"
+                return "pg_sleep" in (await admin.fetchval(query, victim) or "")
+
+            await eventually(sleeping, timeout=120, what="the statement to run")
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", victim)
+        second = await pid(held)
+        assert second != victim
+        # Killed while idle: once the client has seen its session end, the next statement
+        # takes another connection instead of failing on it.
+        kept = held._conn
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", second)
+
+        async def seen_ended() -> bool:
+            return not usable(kept)
+
+        await eventually(seen_ended, timeout=120, what="the client to see its session end")
+        assert await pid(held) not in (victim, second)
     finally:
         await admin.close()
-    with pytest.raises(StoreUnavailableError):
-        await store._fetch("held", BACKEND, {}, on=held)
-    assert await pid(held) != victim
 
 
 async def test_a_statement_cancelled_in_flight_is_cancelled_on_the_server(
