@@ -165,8 +165,9 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
     RESET ALL`` on every release, one more round trip per statement. Pooled
     connections here only ever run statements (no SET, LISTEN, cursors or session
-    locks; ``LISTEN`` has its own connection), and asyncpg still rolls back a
-    transaction left open.
+    locks; ``LISTEN`` has its own connection; the settings a session-mode pooler gets
+    after connecting are meant to last), and asyncpg still rolls back a transaction
+    left open.
     """
 
 
