@@ -221,6 +221,9 @@ def test_a_transaction_pooler_refuses_session_settings_in_one_line() -> None:
         PostgresStore(f"{url}&durable_listen=on")
     with pytest.raises(ConfigurationError, match=r"durable_direct_url"):
         PostgresStore(url, liveness=True)
+    direct = quote("postgresql://u:hunter2@db.internal:5432/db", safe="")
+    described = PostgresStore(f"{url}&durable_direct_url={direct}").description
+    assert "hunter2" not in described and "durable_direct_url" not in described
     session = PostgresStore(url.replace("transaction", "session") + "&statement_timeout=5s")
     assert session.connector.session_settings["statement_timeout"] == "5s"
     assert "statement_timeout" not in session.connector.connect_options["server_settings"]
