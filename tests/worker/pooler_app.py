@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from durable_core import (
+    AppDatabase,
     WorkflowContext,
     recv,
     sleep,
@@ -18,6 +19,10 @@ from durable_core import (
     workflow_step,
 )
 
+_app_url = os.environ.get("POOLER_APP_DATABASE_URL")
+APP_DATABASE = AppDatabase(_app_url) if _app_url else None
+"""Where ``insert_row`` writes: ``$POOLER_APP_DATABASE_URL`` when set, else the store's
+database."""
 ROWS_DDL = "CREATE TABLE IF NOT EXISTS pooler_rows (workflow_id text PRIMARY KEY, n int NOT NULL)"
 
 
@@ -33,9 +38,9 @@ async def worker_of() -> str:
     return ctx.worker_id
 
 
-@transaction_step
+@transaction_step(database=APP_DATABASE)
 async def insert_row(conn: AsyncConnection, n: int) -> int:
-    """A row written in the same transaction as the step's record (the store's database)."""
+    """A row written in the same transaction as the step's record."""
     ctx = WorkflowContext.current()
     assert ctx is not None
     await conn.execute(

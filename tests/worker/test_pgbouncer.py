@@ -67,7 +67,10 @@ async def test_a_worker_runs_everything_behind_pgbouncer(
         sql = await asyncpg.connect(database)
         try:
             await sql.execute(pooler_app.ROWS_DDL)
-            proc = workers.start(app="tests.worker.pooler_app")
+            # With a direct URL, the transaction steps go through the pooler to an
+            # application database (the same one); without, to the store's database.
+            app_database = {"POOLER_APP_DATABASE_URL": url} if direct else {}
+            proc = workers.start(app="tests.worker.pooler_app", **app_database)
             client = DurableClient(store)
 
             # Claimed and run, each step once.
@@ -82,6 +85,9 @@ async def test_a_worker_runs_everything_behind_pgbouncer(
             assert {row["workflow_id"]: row["n"] for row in rows} == {
                 handle.id: n + 3 for n, handle in enumerate(handles)
             }, "each transaction step's row, written once"
+            if direct:  # recorded in the application database's own table
+                outputs = await sql.fetchval("SELECT count(*) FROM durable_step_outputs")
+                assert outputs == len(handles)
 
             slept = await client.start_workflow(pooler_app.sleeper, 0.5)
             receiving = await client.start_workflow(pooler_app.receiver, "greeting")
