@@ -115,6 +115,8 @@ def normalize_url(url: str) -> tuple[str, str]:
 _LISTEN_OPTION = "durable_listen"
 _LIVENESS_OPTION = "durable_liveness"
 _COMMAND_TIMEOUT_OPTION = "durable_command_timeout"
+_POOL_SIZE_OPTION = "durable_pool_size"
+_DEFAULT_POOL_SIZE = 10
 _OFF = frozenset({"off", "false", "0", "no"})
 _ON = frozenset({"on", "true", "1", "yes"})
 
@@ -158,6 +160,18 @@ def _command_timeout(value: str | None) -> dict[str, float]:
     return {"command_timeout": seconds}
 
 
+def _pool_size(value: str | None, min_size: int) -> int:
+    """The pool's ``max_size`` for a URL's ``durable_pool_size`` (10 when not given)."""
+    if value is None:
+        return max(_DEFAULT_POOL_SIZE, min_size)
+    if not value.strip().isdigit() or int(value) < max(min_size, 1):
+        raise InvalidDatabaseURLError(
+            f"{_POOL_SIZE_OPTION}={value!r} in the PostgreSQL URL: use a whole number of "
+            f"connections, at least {max(min_size, 1)}"
+        )
+    return int(value)
+
+
 def _chosen(argument: bool | None, in_url: bool | None) -> bool:
     """A switch: the argument when given, else the URL's option, else on."""
     if argument is not None:
@@ -170,7 +184,8 @@ class PostgresStore(SQLStore):
 
     ``url`` is ``postgresql://user:password@host:5432/dbname`` (``postgres://`` and
     ``postgresql+asyncpg://`` work too; ``?host=/socket/dir`` reaches a unix
-    socket). ``min_size``/``max_size`` bound the pool; other keyword arguments go
+    socket). ``min_size``/``max_size`` bound the pool (``max_size`` 10 unless given, or
+    ``?durable_pool_size=N`` in the URL); other keyword arguments go
     to :func:`asyncpg.create_pool` and :func:`asyncpg.connect`. ``listen=False``
     (or ``?durable_listen=off`` in the URL) turns ``LISTEN`` off: workers then
     find new work by polling alone. ``liveness=False`` (``?durable_liveness=off``)
@@ -201,7 +216,7 @@ class PostgresStore(SQLStore):
         url: str,
         *,
         min_size: int = 1,
-        max_size: int = 10,
+        max_size: int | None = None,
         listen: bool | None = None,
         liveness: bool | None = None,
         pooler: str | None = None,
@@ -211,6 +226,9 @@ class PostgresStore(SQLStore):
         url, pooler_in_url = pop_option(url, POOLER_OPTION)
         url, direct_in_url = pop_option(url, DIRECT_URL_OPTION)
         url, command_timeout = pop_option(url, _COMMAND_TIMEOUT_OPTION)
+        url, pool_size = pop_option(url, _POOL_SIZE_OPTION)
+        if max_size is None:
+            max_size = _pool_size(pool_size, min_size)
         self.pooler = parse_pooler(pooler if pooler is not None else pooler_in_url)
         """What stands between this store and PostgreSQL (``durable_pooler``)."""
         dsn, description = normalize_url(url)

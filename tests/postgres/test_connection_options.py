@@ -1,4 +1,4 @@
-"""The URL options that bound statements: the server's timeouts and the client's own."""
+"""The URL options of connections: the server's timeouts, the client's own, the pool's size."""
 
 from __future__ import annotations
 
@@ -55,3 +55,13 @@ async def test_a_statement_the_server_cancels_is_a_transient_error(postgres_url:
             await locker.close()
         await client.cancel(handle.id)
         assert await handle.status() is WorkflowStatus.CANCELLED
+
+
+def test_the_pool_size_comes_from_the_argument_else_the_url_else_ten() -> None:
+    url = "postgresql://u@127.0.0.1/db"
+    assert PostgresStore(url).connector.max_size == 10
+    assert PostgresStore(f"{url}?durable_pool_size=3").connector.max_size == 3
+    assert PostgresStore(f"{url}?durable_pool_size=3", max_size=7).connector.max_size == 7
+    for value in ("0", "-2", "2.5", "many", ""):
+        with pytest.raises(InvalidDatabaseURLError, match=r"durable_pool_size=.*at least 1"):
+            PostgresStore(f"{url}?durable_pool_size={value}")
