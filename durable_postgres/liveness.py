@@ -12,8 +12,9 @@ its late writes are fenced as before.
 The key is drawn once per worker and kept: when the session is lost it is taken again
 on a new one (with backoff), and meanwhile the worker's registry row names no lock, so
 nobody takes the worker for dead on that account alone. A transaction-mode pooler
-(PgBouncer's ``pool_mode = transaction``) cannot keep a session for a client: turn this
-off there (``durable_liveness=off``); recovery then waits for lease expiry.
+(PgBouncer's ``pool_mode = transaction``) cannot keep a session for a client: behind one
+(``durable_pooler=transaction``) the lock is held on ``durable_direct_url``, or not at
+all without it, and recovery then waits for lease expiry (:mod:`durable_postgres.pooler`).
 """
 
 from __future__ import annotations

@@ -4,11 +4,15 @@ two log lines.
 When the database goes away (a restart, a failover to a promoted replica), every part
 of a worker finds out on its own: each write in flight, the claim loop, the lease
 renewals, the ``LISTEN`` and liveness sessions. They all report here. The first failure
-after a good spell logs one warning (``database ... unavailable``); the ones after it,
+after a good spell logs one warning (``... is unreachable``); the ones after it,
 until the database answers again, are logged at debug level only (their
 :class:`~durable_core.errors.StoreUnavailableError` is marked ``reported``, so those
 who retry it need not say so again); once it has answered for a second with no failure
-between, one line says when it came back (``database ... is back after 2.3s``).
+between, one line says when it came back (``... is reachable again after 2.3s``).
+
+A refusal of new connections (``too many clients``) is an outage too, reported the same
+way by whoever met it: the worker opening its store (:mod:`durable_core.cli.common`), a
+statement whose pool could not connect, the ``LISTEN`` and liveness sessions.
 """
 
 from __future__ import annotations
@@ -42,11 +46,11 @@ class Reachability:
         for the first since it was last reached (then True), debug after it."""
         self._answered_since = None
         if self.down_since is not None:
-            logger.debug("%s: %s still unavailable: %s", what, self.description, describe(exc))
+            logger.debug("%s: %s still unreachable: %s", what, self.description, describe(exc))
             return False
         self.down_since = time.monotonic()
         logger.warning(
-            "database %s unavailable (%s: %s): retrying until it is back",
+            "%s is unreachable (%s: %s); retrying with backoff until it is back",
             self.description,
             what,
             describe(exc),
@@ -63,7 +67,7 @@ class Reachability:
             self._answered_since = now
         elif now - self._answered_since >= SETTLED_SECONDS:
             logger.info(
-                "database %s is back after %.1fs",
+                "%s is reachable again after %.1fs",
                 self.description,
                 self._answered_since - self.down_since,
             )
