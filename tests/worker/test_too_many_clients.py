@@ -103,12 +103,16 @@ async def _refused_then_served(url: str, tmp_path: Path, refuser: str) -> None:
         async with PostgresStore(url) as store:
             handle = await DurableClient(store).start_workflow(pooler_app.steps, 1)
             assert await handle.wait_with_timeout(WAIT) is WorkflowStatus.SUCCEEDED
+
+        async def back() -> bool:  # once it has answered for a second with no failure
+            return "reachable again" in workers.log(proc)
+
+        await eventually(back, timeout=WAIT, what="the worker to say the database is back")
         log = workers.log(proc)
         warnings = [line for line in log.splitlines() if " WARNING " in line]
         assert len(warnings) == 1, log
         refusal = "too many connections" if refuser == "postgresql" else "max_client_conn"
         assert refusal in warnings[0] and "retrying with backoff" in warnings[0]
-        assert "reachable again" in log
         assert "Traceback" not in log and " ERROR " not in log, log
         assert proc.poll() is None
     finally:
