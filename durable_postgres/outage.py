@@ -12,12 +12,13 @@ from durable_core.sql.reachability import reachability
 from .connector import classify
 
 
-def unreachable(description: str, what: str, exc: BaseException) -> bool:
+def unreachable(description: str, what: str, exc: BaseException, *, session: bool = False) -> bool:
     """Whether ``exc`` says the database cannot be reached now; if so it is noted (one
-    warning for the whole outage)."""
+    warning for the whole outage; ``session``: see
+    :meth:`~durable_core.sql.reachability.Reachability.lost`)."""
     if classify(exc) is not Failure.UNAVAILABLE:
         return False
-    reachability(description).lost(what, exc)
+    reachability(description).lost(what, exc, session=session)
     return True
 
 

@@ -10,7 +10,7 @@ import time
 import asyncpg
 import pytest
 
-from durable_core.sql.reachability import SETTLED_SECONDS, reachability
+from durable_core.sql.reachability import SETTLED_SECONDS, Reachability, reachability
 from durable_postgres.outage import unreachable
 
 
@@ -60,3 +60,36 @@ def test_a_mistake_is_not_an_outage() -> None:
     assert not unreachable(database, "claim", asyncpg.InvalidPasswordError("bad password"))
     assert not unreachable(database, "claim", asyncpg.UndefinedColumnError("no such column"))
     assert reachability(database).down_since is None
+
+
+def test_open_connections_answering_do_not_end_a_refusal_of_new_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Too many clients: the pool's open connections answer while ``LISTEN`` cannot connect
+    again; the outage lasts (one WARNING, not one per retry) until it has."""
+    reach = Reachability("PostgreSQL postgresql://app@db/refusing")
+    caplog.set_level(logging.DEBUG, logger="durable_core.store")
+    too_many = asyncpg.TooManyConnectionsError("sorry, too many clients already")
+    assert reach.lost("listening for new work", too_many, session=True)
+    for _ in range(2):
+        reach.reached()  # a claim on a connection opened before
+        time.sleep(SETTLED_SECONDS)
+        reach.reached()
+        assert not reach.lost("listening for new work", too_many, session=True)
+    reach.reached("listening for new work")
+    assert reach.down_since is not None, "said back only once it has answered a while"
+    time.sleep(SETTLED_SECONDS)
+    reach.reached()
+    assert reach.down_since is None
+    levels = [r.levelname for r in caplog.records if r.name == "durable_core.store"]
+    assert levels == ["WARNING", "DEBUG", "DEBUG", "INFO"]
+
+
+def test_a_session_that_stopped_trying_does_not_hold_the_outage_open() -> None:
+    reach = Reachability("PostgreSQL postgresql://app@db/stopped")
+    reach.lost("the liveness session", ConnectionRefusedError("refused"), session=True)
+    reach.stopped("the liveness session")  # its worker stopped
+    reach.reached()
+    time.sleep(SETTLED_SECONDS)
+    reach.reached()
+    assert reach.down_since is None

@@ -145,6 +145,7 @@ def _check_module_name(name: str, option: str, suffix: str = "") -> None:
 
 OPEN_BACKOFF_MAX = 10.0
 """The longest wait between two tries of a worker to open its store."""
+_OPENING = "opening the store"
 
 
 async def open_when_reachable(store: Store) -> None:
@@ -159,12 +160,11 @@ async def open_when_reachable(store: Store) -> None:
         try:
             await store.open()
         except StoreUnavailableError as exc:
-            if not exc.reported:
-                reachability(store.description).lost("opening the store", exc)
+            reachability(store.description).lost(_OPENING, exc, session=True)
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, OPEN_BACKOFF_MAX)
         else:
-            reachability(store.description).reached()
+            reachability(store.description).reached(_OPENING)
             return
 
 

@@ -12,7 +12,9 @@ between, one line says when it came back (``... is reachable again after 2.3s``)
 
 A refusal of new connections (``too many clients``) is an outage too, reported the same
 way by whoever met it: the worker opening its store (:mod:`durable_core.cli.common`), a
-statement whose pool could not connect, the ``LISTEN`` and liveness sessions.
+statement whose pool could not connect, the ``LISTEN`` and liveness sessions. As the
+connections already open still answer then, an outage a session met lasts until that
+session has connected again (or stopped trying).
 """
 
 from __future__ import annotations
@@ -40,11 +42,19 @@ class Reachability:
         """When the current outage was first seen (``time.monotonic()``); ``None``: none."""
         self._answered_since: float | None = None
         """During an outage, when the database answered with no failure since."""
+        self._sessions: set[str] = set()
+        """The sessions that failed to connect during the outage and have not since: while
+        the server refuses new connections (``too many clients``), those already open still
+        answer, so the outage lasts until these connect again."""
 
-    def lost(self, what: str, exc: BaseException) -> bool:
+    def lost(self, what: str, exc: BaseException, *, session: bool = False) -> bool:
         """Note that ``what`` could not reach the database (``exc`` said why): one warning
-        for the first since it was last reached (then True), debug after it."""
+        for the first since it was last reached (then True), debug after it. ``session``:
+        ``what`` is a session that connects again on its own (``LISTEN``, liveness, the
+        worker opening its store); the outage lasts until it has."""
         self._answered_since = None
+        if session:
+            self._sessions.add(what)
         if self.down_since is not None:
             logger.debug("%s: %s still unreachable: %s", what, self.description, describe(exc))
             return False
@@ -57,10 +67,15 @@ class Reachability:
         )
         return True
 
-    def reached(self) -> None:
-        """Note that the database answered: one line once it has answered for
-        :data:`SETTLED_SECONDS` with no failure, when it had been unavailable."""
+    def reached(self, session: str | None = None) -> None:
+        """Note that the database answered (``session``: that session connected again): one
+        line once it has answered for :data:`SETTLED_SECONDS` with no failure, and every
+        session that failed has connected again, when it had been unreachable."""
         if self.down_since is None:
+            return
+        if session is not None:
+            self._sessions.discard(session)
+        if self._sessions:
             return
         now = time.monotonic()
         if self._answered_since is None:
@@ -72,6 +87,11 @@ class Reachability:
                 self._answered_since - self.down_since,
             )
             self.down_since = self._answered_since = None
+
+    def stopped(self, session: str) -> None:
+        """``session`` stopped trying (its store closed, its worker stopped): the outage no
+        longer waits for it."""
+        self._sessions.discard(session)
 
 
 _KNOWN: dict[str, Reachability] = {}
