@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import logging
 
+from durable_core.redaction import get_logger
 from durable_core.sql import Failure
+from durable_core.sql.errors import describe
 from durable_core.sql.reachability import reachability
 
 from .connector import classify
+
+logger = get_logger("durable_postgres")
 
 
 def unreachable(description: str, what: str, exc: BaseException, *, session: bool = False) -> bool:
@@ -23,15 +27,18 @@ def unreachable(description: str, what: str, exc: BaseException, *, session: boo
 
 
 class _PoolFloorFilter(logging.Filter):
-    """Drops asyncpg's ``Failed to restore the pool connection floor`` warning (logged with
-    a traceback on every failed background reconnect) when the database is unreachable: the
-    next statement reports the outage."""
+    """Turns asyncpg's ``Failed to restore the pool connection floor`` warning (logged with
+    a traceback on every failed background reconnect) into one debug line when the database
+    is unreachable: the next statement reports the outage. Another cause is left loud."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.getMessage().startswith("Failed to restore the pool connection floor"):
             return True
         error = record.exc_info[1] if record.exc_info else None
-        return error is None or classify(error) is not Failure.UNAVAILABLE
+        if error is None or classify(error) is not Failure.UNAVAILABLE:
+            return True
+        logger.debug("the pool could not reconnect in the background: %s", describe(error))
+        return False
 
 
 _FILTER = _PoolFloorFilter()

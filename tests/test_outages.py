@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from durable_core.sql.reachability import SETTLED_SECONDS, Reachability, reachability
-from durable_postgres.outage import unreachable
+from durable_postgres.outage import quiet_pool_floor, unreachable
 
 
 def test_every_part_of_a_process_shares_one_outage(caplog: pytest.LogCaptureFixture) -> None:
@@ -93,3 +93,21 @@ def test_a_session_that_stopped_trying_does_not_hold_the_outage_open() -> None:
     time.sleep(SETTLED_SECONDS)
     reach.reached()
     assert reach.down_since is None
+
+
+def test_the_pools_background_reconnects_are_quiet_during_an_outage_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    quiet_pool_floor()
+    pool_logger = logging.getLogger("asyncpg.pool")
+    caplog.set_level(logging.DEBUG)
+    for error in (ConnectionRefusedError("refused"), asyncpg.InvalidPasswordError("bad")):
+        try:
+            raise error
+        except Exception:
+            pool_logger.warning("Failed to restore the pool connection floor", exc_info=True)
+    floor = [(r.name, r.levelname, r.exc_info is not None) for r in caplog.records]
+    assert floor == [
+        ("durable_postgres", "DEBUG", False),  # refused: an outage, said once elsewhere
+        ("asyncpg.pool", "WARNING", True),  # a wrong password is left loud
+    ]
