@@ -36,7 +36,7 @@ SERVER_SETTINGS: dict[str, str] = dict(_store._DEFAULT_SERVER_SETTINGS)
 _defaults = inspect.signature(_store.PostgresStore.__init__).parameters
 POOL_MIN: int = _defaults["min_size"].default
 """The framework store's default pool bounds; the floor's pool uses the same."""
-POOL_MAX: int = _defaults["max_size"].default
+POOL_MAX: int = _store._pool_size(None, POOL_MIN)
 
 __all__ = ["CHANNEL", "CLAIM", "COMPLETE_STEP", "ENQUEUE", "SETTLE_FINAL", "START_STEP"]
 

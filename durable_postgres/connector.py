@@ -9,7 +9,7 @@ engine is used only to upgrade the schema.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,6 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from durable_core.sql import Failure, classify_sqlalchemy
 from durable_core.sql.connector import Params
+
+from .pooler import apply_session
 
 T = TypeVar("T")
 
@@ -43,6 +45,10 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     # A write on a standby (reached before its promotion, or by a URL that does not ask
     # for a read-write server): a failover in progress.
     asyncpg.ReadOnlySQLTransactionError,
+    # A statement the server cancelled (statement_timeout, lock_timeout, an operator's
+    # pg_cancel_backend): rolled back, so retried as a brief outage is.
+    asyncpg.QueryCanceledError,
+    asyncpg.LockNotAvailableError,
 )
 _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.InvalidAuthorizationSpecificationError,
@@ -141,9 +147,23 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
     RESET ALL`` on every release, one more round trip per statement. Pooled
     connections here only ever run statements (no SET, LISTEN, cursors or session
-    locks; ``LISTEN`` has its own connection), and asyncpg still rolls back a
-    transaction left open.
+    locks; ``LISTEN`` has its own connection; the settings a session-mode pooler gets
+    after connecting are meant to last), and asyncpg still rolls back a transaction
+    left open.
     """
+
+
+def _with_settings(
+    settings: Mapping[str, str], init: Callable[[asyncpg.Connection], Awaitable[None]] | None
+) -> Callable[[asyncpg.Connection], Awaitable[None]]:
+    """The pool's ``init`` hook: set ``settings`` on each new connection, then run ``init``."""
+
+    async def setup(conn: asyncpg.Connection) -> None:
+        await apply_session(conn, settings)
+        if init is not None:
+            await init(conn)
+
+    return setup
 
 
 class _Statements:
@@ -169,7 +189,7 @@ class _Statements:
         await self.target.executemany(compiled.sql, [compiled.args(p) for p in params])
 
 
-def _usable(conn: Any) -> bool:
+def usable(conn: Any) -> bool:
     """Whether a pooled connection kept between statements still has its session (the pool
     takes back one whose server closed it, and it then refuses every call)."""
     try:
@@ -205,8 +225,8 @@ class HeldConnection:
         self.busy = True
         try:
             conn = self._conn
-            if conn is not None and not _usable(conn):
-                self._conn = self._pool = None  # the pool took it back as its server went
+            if conn is not None and not usable(conn):
+                await self.release()  # the pool may have taken it back as its server went
                 conn = None
             if conn is None:
                 self._pool = pool = self.connector.pool
@@ -244,12 +264,20 @@ class AsyncpgConnector(_Statements):
         max_size: int = 10,
         pool_options: Mapping[str, Any] | None = None,
         connect_options: Mapping[str, Any] | None = None,
+        session_settings: Mapping[str, str] | None = None,
     ) -> None:
         self.dsn = dsn
         self.min_size = min_size
         self.max_size = max_size
         self.pool_options = {"reset": keep_session, **(pool_options or {})}
         self.connect_options = dict(connect_options or {})
+        self.session_settings = dict(session_settings or {})
+        """Server settings set on each new connection of the pool, the transaction steps'
+        and the schema's, rather than sent at startup (a pooler in session mode)."""
+        if self.session_settings:
+            self.pool_options["init"] = _with_settings(
+                self.session_settings, self.pool_options.get("init")
+            )
         self._compiled: dict[int, tuple[sa.Executable, Compiled]] = {}
         self._held: list[HeldConnection] = []
         self._step_engine: AsyncEngine | None = None
@@ -297,6 +325,13 @@ class AsyncpgConnector(_Statements):
                 **self.connect_options,
             )
 
+    def _sqlalchemy_args(self) -> dict[str, Any]:
+        """SQLAlchemy's asyncpg options: no prepared statement kept when asyncpg keeps none
+        (behind a transaction pooler, where a statement cannot outlive its transaction)."""
+        if self.connect_options.get("statement_cache_size") == 0:
+            return {"prepared_statement_cache_size": 0}
+        return {}
+
     def step_engine(self) -> AsyncEngine:
         """The SQLAlchemy engine transaction steps run on (made at first use): a pool of
         its own, as large as this one, whose sessions keep the server's own planner
@@ -305,13 +340,17 @@ class AsyncpgConnector(_Statements):
             self.pool  # noqa: B018 - fails when the connector is not open
             options = dict(self.connect_options)
             settings = dict(options.get("server_settings") or {})
+            session = dict(self.session_settings)
             for name in STORE_ONLY_SETTINGS:
                 settings.pop(name, None)
+                session.pop(name, None)
             options["server_settings"] = settings
             dsn = self.dsn
 
             async def connect() -> asyncpg.Connection:
-                return await asyncpg.connect(dsn, **options)
+                conn = await asyncpg.connect(dsn, **options)
+                await apply_session(conn, session)
+                return conn
 
             self._step_engine = create_async_engine(
                 "postgresql+asyncpg://",
@@ -319,6 +358,7 @@ class AsyncpgConnector(_Statements):
                 pool_size=self.max_size,
                 max_overflow=0,
                 pool_timeout=_STEP_POOL_TIMEOUT,
+                connect_args=self._sqlalchemy_args(),
             )
         return self._step_engine
 
@@ -366,10 +406,15 @@ class AsyncpgConnector(_Statements):
         self.pool  # noqa: B018 - fails when the connector is not open
 
         async def connect() -> asyncpg.Connection:
-            return await asyncpg.connect(self.dsn, **self.connect_options)
+            conn = await asyncpg.connect(self.dsn, **self.connect_options)
+            await apply_session(conn, self.session_settings)
+            return conn
 
         engine = create_async_engine(
-            "postgresql+asyncpg://", async_creator=connect, poolclass=NullPool
+            "postgresql+asyncpg://",
+            async_creator=connect,
+            poolclass=NullPool,
+            connect_args=self._sqlalchemy_args(),
         )
         try:
             async with engine.begin() as conn:

@@ -19,6 +19,7 @@ from durable_core.sql.reachability import reachability
 from .outage import unreachable
 
 logger = get_logger("durable_postgres")
+_WHAT = "listening for new work"
 
 _BACKOFF_MIN = 0.1
 _BACKOFF_MAX = 5.0
@@ -85,6 +86,7 @@ class Listener:
     async def close(self) -> None:
         """Stop listening and wake any waiter."""
         self._closed = True
+        reachability(self._description).stopped(_WHAT)
         conn, self._conn = self._conn, None
         self._retry_at, self._backoff = 0.0, _BACKOFF_MIN
         if self._wakeup is not None:
@@ -136,7 +138,7 @@ class Listener:
             except Exception as exc:
                 if conn is not None:
                     conn.terminate()
-                if not unreachable(self._description, "listening for new work", exc):
+                if not unreachable(self._description, _WHAT, exc, session=True):
                     logger.warning(
                         "cannot listen for new work on %s (retrying in %.1fs; polling "
                         "meanwhile): %s",
@@ -153,7 +155,7 @@ class Listener:
             self._conn = conn
             conn.add_termination_listener(self._on_closed)
             self._backoff = _BACKOFF_MIN
-            reachability(self._description).reached()
+            reachability(self._description).reached(_WHAT)
             for handler in self._on_open:
                 try:
                     handler()

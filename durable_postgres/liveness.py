@@ -12,8 +12,9 @@ its late writes are fenced as before.
 The key is drawn once per worker and kept: when the session is lost it is taken again
 on a new one (with backoff), and meanwhile the worker's registry row names no lock, so
 nobody takes the worker for dead on that account alone. A transaction-mode pooler
-(PgBouncer's ``pool_mode = transaction``) cannot keep a session for a client: turn this
-off there (``durable_liveness=off``); recovery then waits for lease expiry.
+(PgBouncer's ``pool_mode = transaction``) cannot keep a session for a client: behind one
+(``durable_pooler=transaction``) the lock is held on ``durable_direct_url``, or not at
+all without it, and recovery then waits for lease expiry (:mod:`durable_postgres.pooler`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .listener import close_connection
 from .outage import unreachable
 
 logger = get_logger("durable_postgres")
+_WHAT = "the liveness session"
 
 TAKE = "SELECT pg_try_advisory_lock($1::int, $2::int) AS taken, pg_postmaster_start_time() AS epoch"
 """Take the lock ``(LIVENESS_LOCKS, key)`` for the session, if no other session holds it,
@@ -71,55 +73,58 @@ class LivenessLock:
         started once the first try has ended, whether it took the lock or not."""
         backoff, started = _BACKOFF_MIN, False
         lost = outage = False
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await self._connect(_CONNECT_TIMEOUT)
-                row = await conn.fetchrow(TAKE, LIVENESS_LOCKS, self.key, timeout=_PING_TIMEOUT)
-                if row is not None and row["taken"]:
-                    self.held = (self.key, row["epoch"])
-                    reached = reachability(self._description)
-                    if lost and not outage and reached.down_since is None:
+        try:
+            while True:
+                conn: asyncpg.Connection | None = None
+                try:
+                    conn = await self._connect(_CONNECT_TIMEOUT)
+                    row = await conn.fetchrow(TAKE, LIVENESS_LOCKS, self.key, timeout=_PING_TIMEOUT)
+                    if row is not None and row["taken"]:
+                        self.held = (self.key, row["epoch"])
+                        reached = reachability(self._description)
+                        if lost and not outage and reached.down_since is None:
+                            logger.warning(
+                                "the liveness session on %s was lost and is held again; meanwhile "
+                                "another worker may have taken over this worker's workflows",
+                                self._description,
+                            )
+                        reached.reached(_WHAT)
+                        backoff, lost, outage = _BACKOFF_MIN, False, False
+                        if not started:
+                            started = True
+                            task_status.started()
+                        await _until_lost(conn)
+                        lost = True  # said once it is held again, or as the database's outage
+                        logger.debug("the liveness session on %s was lost", self._description)
+                    else:
+                        # Its last session, cut off, may not have ended yet on the server.
                         logger.warning(
-                            "the liveness session on %s was lost and is held again; meanwhile "
-                            "another worker may have taken over this worker's workflows",
+                            "the liveness lock %d is held by another session on %s; trying again",
+                            self.key,
                             self._description,
                         )
-                    reached.reached()
-                    backoff, lost, outage = _BACKOFF_MIN, False, False
-                    if not started:
-                        started = True
-                        task_status.started()
-                    await _until_lost(conn)
-                    lost = True  # said once it is held again, or as the database's outage
-                    logger.debug("the liveness session on %s was lost", self._description)
-                else:
-                    # Its last session, cut off, may not have ended yet on the server.
-                    logger.warning(
-                        "the liveness lock %d is held by another session on %s; trying again",
-                        self.key,
-                        self._description,
-                    )
-            except Exception as exc:  # any failure to hold it is waited out, never fatal
-                if unreachable(self._description, "the liveness session", exc):
-                    outage = True  # said as the database's outage
-                else:
-                    logger.warning(
-                        "cannot hold the liveness session on %s (retrying in %.1fs): %s",
-                        self._description,
-                        backoff,
-                        exc,
-                    )
-            finally:
-                self.held = None
-                if conn is not None:
-                    with anyio.CancelScope(shield=True):
-                        await close_connection(conn)
-            if not started:
-                started = True
-                task_status.started()
-            await anyio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+                except Exception as exc:  # any failure to hold it is waited out, never fatal
+                    if unreachable(self._description, _WHAT, exc, session=True):
+                        outage = True  # said as the database's outage
+                    else:
+                        logger.warning(
+                            "cannot hold the liveness session on %s (retrying in %.1fs): %s",
+                            self._description,
+                            backoff,
+                            exc,
+                        )
+                finally:
+                    self.held = None
+                    if conn is not None:
+                        with anyio.CancelScope(shield=True):
+                            await close_connection(conn)
+                if not started:
+                    started = True
+                    task_status.started()
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+        finally:
+            reachability(self._description).stopped(_WHAT)
 
 
 async def _until_lost(conn: asyncpg.Connection) -> None:

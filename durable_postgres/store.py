@@ -9,6 +9,7 @@ Enqueueing sends ``NOTIFY durable_workflows`` in the same statement, and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from anyio.abc import TaskStatus
 
 from durable_core.definitions.queues import Route
-from durable_core.errors import InvalidDatabaseURLError, StoreError
+from durable_core.errors import ConfigurationError, InvalidDatabaseURLError, StoreError
 from durable_core.redaction import MASK, is_secret_name
 from durable_core.seams.records import ClaimedWorkflow, Settlement, StepWrite
 from durable_core.seams.talk_roles import Watch
@@ -30,12 +31,22 @@ from durable_core.sql.streams import PollingWatch
 from durable_core.sql.urls import parse_url
 
 from . import flush
-from .connector import AsyncpgConnector
+from .connector import AsyncpgConnector, driver_error
 from .dialect import CANCEL_CHANNEL, CHANNEL, SCHEDULE_CHANNEL, PostgresDialect, PostgresStatements
 from .hosts import split_hosts, with_hosts, writable_by_default
 from .listener import Listener
 from .liveness import LivenessLock
 from .outage import quiet_pool_floor
+from .pooler import (
+    DIRECT_URL_OPTION,
+    POOLER_OPTION,
+    Pooler,
+    parse_pooler,
+    plan,
+    pooler_hint,
+    pop_option,
+    url_settings,
+)
 from .talk import TalkFeed
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg")
@@ -108,6 +119,9 @@ def normalize_url(url: str) -> tuple[str, str]:
 
 _LISTEN_OPTION = "durable_listen"
 _LIVENESS_OPTION = "durable_liveness"
+_COMMAND_TIMEOUT_OPTION = "durable_command_timeout"
+_POOL_SIZE_OPTION = "durable_pool_size"
+_DEFAULT_POOL_SIZE = 10
 _OFF = frozenset({"off", "false", "0", "no"})
 _ON = frozenset({"on", "true", "1", "yes"})
 
@@ -135,6 +149,34 @@ def _pop_switch(dsn: str, option: str) -> tuple[str, bool | None]:
     return base + ("?" + "&".join(kept) if kept else ""), switch
 
 
+def _command_timeout(value: str | None) -> dict[str, float]:
+    """The pool's ``command_timeout`` for a URL's ``durable_command_timeout`` (seconds)."""
+    if value is None:
+        return {}
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidDatabaseURLError(
+            f"{_COMMAND_TIMEOUT_OPTION}={value!r} in the PostgreSQL URL: use a number of "
+            "seconds above 0"
+        )
+    return {"command_timeout": seconds}
+
+
+def _pool_size(value: str | None, min_size: int) -> int:
+    """The pool's ``max_size`` for a URL's ``durable_pool_size`` (10 when not given)."""
+    if value is None:
+        return max(_DEFAULT_POOL_SIZE, min_size)
+    if not value.strip().isdigit() or int(value) < max(min_size, 1):
+        raise InvalidDatabaseURLError(
+            f"{_POOL_SIZE_OPTION}={value!r} in the PostgreSQL URL: use a whole number of "
+            f"connections, at least {max(min_size, 1)}"
+        )
+    return int(value)
+
+
 def _chosen(argument: bool | None, in_url: bool | None) -> bool:
     """A switch: the argument when given, else the URL's option, else on."""
     if argument is not None:
@@ -147,18 +189,26 @@ class PostgresStore(SQLStore):
 
     ``url`` is ``postgresql://user:password@host:5432/dbname`` (``postgres://`` and
     ``postgresql+asyncpg://`` work too; ``?host=/socket/dir`` reaches a unix
-    socket). ``min_size``/``max_size`` bound the pool; other keyword arguments go
+    socket). ``min_size``/``max_size`` bound the pool (``max_size`` 10 unless given, or
+    ``?durable_pool_size=N`` in the URL); other keyword arguments go
     to :func:`asyncpg.create_pool` and :func:`asyncpg.connect`. ``listen=False``
     (or ``?durable_listen=off`` in the URL) turns ``LISTEN`` off: workers then
     find new work by polling alone. ``liveness=False`` (``?durable_liveness=off``)
     turns off the liveness session each worker holds (see
-    :mod:`durable_postgres.liveness`; a transaction-mode pooler cannot keep one): the
-    workflows of a killed worker are then taken over when their leases expire. Its
-    connections plan each statement once and never as a sequential scan
-    (``plan_cache_mode = force_generic_plan``, ``enable_seqscan = off``); a URL's own
-    ``?plan_cache_mode=`` or ``?enable_seqscan=`` wins. A worker's
-    flushes and claims each keep a connection of the pool (see
-    :class:`~durable_postgres.connector.HeldConnection`) when it can spare them.
+    :mod:`durable_postgres.liveness`): the workflows of a killed worker are then taken
+    over when their leases expire. Its connections plan each statement once and never
+    as a sequential scan (``plan_cache_mode = force_generic_plan``,
+    ``enable_seqscan = off``); a URL's own ``?plan_cache_mode=`` or ``?enable_seqscan=``
+    wins, as does any server setting in its query (``?statement_timeout=30s``).
+    ``?durable_command_timeout=SECONDS`` bounds each statement of the pool on the
+    client's side. A worker's flushes and claims each keep a connection of the pool
+    (see :class:`~durable_postgres.connector.HeldConnection`) when it can spare them.
+
+    Behind a connection pooler, ``pooler`` (``?durable_pooler=``) names its mode,
+    ``transaction`` or ``session`` (see :mod:`durable_postgres.pooler`); behind a
+    transaction pooler, ``direct_url`` (``?durable_direct_url=``, percent-encoded) is a
+    URL straight to PostgreSQL for ``LISTEN`` and the liveness sessions, without which
+    both are off.
     """
 
     statements: PostgresStatements
@@ -171,38 +221,73 @@ class PostgresStore(SQLStore):
         url: str,
         *,
         min_size: int = 1,
-        max_size: int = 10,
+        max_size: int | None = None,
         listen: bool | None = None,
         liveness: bool | None = None,
+        pooler: str | None = None,
+        direct_url: str | None = None,
         **connect_kwargs: Any,
     ) -> None:
+        url, pooler_in_url = pop_option(url, POOLER_OPTION)
+        url, direct_in_url = pop_option(url, DIRECT_URL_OPTION)
+        url, command_timeout = pop_option(url, _COMMAND_TIMEOUT_OPTION)
+        url, pool_size = pop_option(url, _POOL_SIZE_OPTION)
+        if max_size is None:
+            max_size = _pool_size(pool_size, min_size)
+        self.pooler = parse_pooler(pooler if pooler is not None else pooler_in_url)
+        """What stands between this store and PostgreSQL (``durable_pooler``)."""
         dsn, description = normalize_url(url)
         dsn, listen_in_url = _pop_switch(dsn, _LISTEN_OPTION)
         dsn, liveness_in_url = _pop_switch(dsn, _LIVENESS_OPTION)
         options = {k: v for k, v in connect_kwargs.items() if k not in _POOL_ONLY_OPTIONS}
-        in_url = {key for key, _ in parse_qsl(dsn.partition("?")[2])}
-        options["server_settings"] = {
-            **{k: v for k, v in _DEFAULT_SERVER_SETTINGS.items() if k not in in_url},
-            **(options.get("server_settings") or {}),
-        }
+        from_url: dict[str, str] = {}
+        if self.pooler is not Pooler.NONE:
+            dsn, from_url = url_settings(dsn)  # set as the pooler allows, below
+        in_url = {key for key, _ in parse_qsl(dsn.partition("?")[2])} | set(from_url)
+        given = {**from_url, **(options.get("server_settings") or {})}
+        connection = plan(
+            self.pooler,
+            {**{k: v for k, v in _DEFAULT_SERVER_SETTINGS.items() if k not in in_url}, **given},
+            given,
+        )
+        options["server_settings"] = connection.startup
+        options.update(connection.options)
+        shared = dict(options)
         writable_by_default(dsn, options)
         self.connector: AsyncpgConnector = AsyncpgConnector(
             dsn,
             min_size=min_size,
             max_size=max_size,
-            pool_options={k: v for k, v in connect_kwargs.items() if k in _POOL_ONLY_OPTIONS},
+            pool_options={
+                **_command_timeout(command_timeout),
+                **{k: v for k, v in connect_kwargs.items() if k in _POOL_ONLY_OPTIONS},
+            },
             connect_options=options,
+            session_settings=connection.session,
         )
         dialect = PostgresDialect()
         super().__init__(
             self.connector, dialect, description=description, statements=PostgresStatements(dialect)
         )
+        direct = direct_url if direct_url is not None else direct_in_url
+        self._direct: tuple[str, dict[str, Any]] | None = None
+        """The DSN and options of the connections that keep a session (``LISTEN``, the
+        liveness lock) when they do not go through the pool's way."""
+        if direct:
+            direct_dsn = normalize_url(direct)[0]
+            direct_options: dict[str, Any] = {
+                **{k: v for k, v in shared.items() if k != "statement_cache_size"},
+                "server_settings": {"application_name": "durable"},
+            }
+            writable_by_default(direct_dsn, direct_options)
+            self._direct = (direct_dsn, direct_options)
+        sessions = self.pooler is not Pooler.TRANSACTION or self._direct is not None
         self._listener = (
             Listener(self._listen_connection, CHANNEL, self.description)
-            if _chosen(listen, listen_in_url)
+            if self._session_switch("listen", listen, listen_in_url, sessions)
             else None
         )
-        self._liveness_on = _chosen(liveness, liveness_in_url)
+        self._liveness_on = self._session_switch("liveness", liveness, liveness_in_url, sessions)
         self._liveness: dict[str, LivenessLock] = {}
         """The liveness lock each worker of this store holds, by worker id."""
         self._wakeup: anyio.Event | None = None
@@ -219,7 +304,33 @@ class PostgresStore(SQLStore):
             else None
         )
 
+    @staticmethod
+    def _session_switch(
+        name: str, argument: bool | None, in_url: bool | None, sessions: bool
+    ) -> bool:
+        """Whether ``listen`` or ``liveness`` is on: as chosen (on by default), and off
+        without a session to keep them in (a transaction pooler and no direct URL)."""
+        on = _chosen(argument, in_url)
+        if sessions or not on:
+            return on
+        if argument is None and in_url is None:
+            return False
+        raise ConfigurationError(
+            f"durable_{name}=on needs a session of its own, which a transaction pooler "
+            f"({POOLER_OPTION}=transaction) cannot keep: give {DIRECT_URL_OPTION}=<a URL "
+            "straight to PostgreSQL> (percent-encoded), or turn it off"
+        )
+
+    def _failed(self, operation: str, exc: BaseException, *, report: bool = True) -> BaseException:
+        hint = pooler_hint(driver_error(exc), self.pooler)
+        if hint is not None:
+            return ConfigurationError(f"{operation} on {self.description}: {hint}")
+        return super()._failed(operation, exc, report=report)
+
     async def _listen_connection(self, timeout: float) -> asyncpg.Connection:
+        if self._direct is not None:
+            dsn, options = self._direct
+            return await asyncpg.connect(dsn, timeout=timeout, **options)
         return await self.connector.connect(timeout)
 
     async def open(self) -> None:

@@ -27,8 +27,10 @@ def test_an_outage_is_one_warning_and_its_end_one_line(caplog: pytest.LogCapture
     reach.reached()  # said once
     warnings = [r for r in caplog.records if r.levelno >= logging.INFO]
     assert [r.levelname for r in warnings] == ["WARNING", "INFO"]
-    assert "unavailable (claim: ConnectionRefusedError: refused)" in warnings[0].getMessage()
-    assert " is back after " in warnings[1].getMessage()
+    assert "is unreachable (claim: ConnectionRefusedError: refused); retrying with backoff" in (
+        warnings[0].getMessage()
+    )
+    assert " is reachable again after " in warnings[1].getMessage()
     assert reach.down_since is None
     assert reach.lost("claim", ConnectionRefusedError("refused")), "a new outage is said again"
     assert len(_lines(caplog)) == 5  # the two failures between at debug level

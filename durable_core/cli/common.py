@@ -13,10 +13,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..caller.backends import DATABASE_URL_ENV, database_url_from_env, store_from_url
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreUnavailableError
 from ..redaction import REDACTING, get_logger, redact_tree
 from ..seams.plugins import plugin_manager
 from ..seams.store import EmbeddedDatabase, Store
+from ..sql.reachability import reachability
 from .output import printable
 
 EMBEDDED_DIR_ENV = "DURABLE_EMBEDDED_DIR"
@@ -142,12 +143,38 @@ def _check_module_name(name: str, option: str, suffix: str = "") -> None:
     )
 
 
+OPEN_BACKOFF_MAX = 10.0
+"""The longest wait between two tries of a worker to open its store."""
+_OPENING = "opening the store"
+
+
+async def open_when_reachable(store: Store) -> None:
+    """Open ``store``, retrying with backoff (up to :data:`OPEN_BACKOFF_MAX` seconds) while the
+    database cannot be reached or refuses new connections, with one log line: a worker
+    started before its database, or while the server has no connection to spare, waits
+    instead of exiting (which its supervisor would answer with a restart, in a loop)."""
+    import anyio
+
+    backoff = 0.5
+    while True:
+        try:
+            await store.open()
+        except StoreUnavailableError as exc:
+            reachability(store.description).lost(_OPENING, exc, session=True)
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, OPEN_BACKOFF_MAX)
+        else:
+            reachability(store.description).reached(_OPENING)
+            return
+
+
 @asynccontextmanager
 async def opened_store(
-    url: str | None, embedded_dir: str | None, *, embedded: bool = False
+    url: str | None, embedded_dir: str | None, *, embedded: bool = False, wait: bool = False
 ) -> AsyncIterator[Store]:
     """Open the store for ``url`` (default: ``$DURABLE_DATABASE_URL``); with no URL, or with
-    ``embedded``, start the embedded PostgreSQL for it."""
+    ``embedded``, start the embedded PostgreSQL for it. With ``wait``, wait for a database
+    that cannot be reached (:func:`open_when_reachable`)."""
     url = None if embedded else url or database_url_from_env()
     database: EmbeddedDatabase | None = None
     if url is None:
@@ -162,7 +189,7 @@ async def opened_store(
         logger.info("no %s set: using the embedded PostgreSQL at %s", DATABASE_URL_ENV, url)
     store = store_from_url(url)
     try:
-        await store.open()
+        await (open_when_reachable(store) if wait else store.open())
         try:
             yield store
         finally:

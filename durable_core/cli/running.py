@@ -239,7 +239,8 @@ async def _worker(args: argparse.Namespace, supervised: Supervised | None) -> in
         if worker_id:
             worker_id = f"{worker_id}-{supervised.index}"
     url = None if args.embedded else args.database_url
-    async with opened_store(url, args.embedded_dir, embedded=args.embedded) as store, closing():
+    opening = opened_store(url, args.embedded_dir, embedded=args.embedded, wait=True)
+    async with opening as store, closing():
         worker = WorkflowWorker(store, config, worker_id=worker_id, queues=args.queue)
         async with anyio.create_task_group() as tasks:
             if supervised is not None:

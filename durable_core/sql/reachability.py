@@ -4,11 +4,17 @@ two log lines.
 When the database goes away (a restart, a failover to a promoted replica), every part
 of a worker finds out on its own: each write in flight, the claim loop, the lease
 renewals, the ``LISTEN`` and liveness sessions. They all report here. The first failure
-after a good spell logs one warning (``database ... unavailable``); the ones after it,
+after a good spell logs one warning (``... is unreachable``); the ones after it,
 until the database answers again, are logged at debug level only (their
 :class:`~durable_core.errors.StoreUnavailableError` is marked ``reported``, so those
 who retry it need not say so again); once it has answered for a second with no failure
-between, one line says when it came back (``database ... is back after 2.3s``).
+between, one line says when it came back (``... is reachable again after 2.3s``).
+
+A refusal of new connections (``too many clients``) is an outage too, reported the same
+way by whoever met it: the worker opening its store (:mod:`durable_core.cli.common`), a
+statement whose pool could not connect, the ``LISTEN`` and liveness sessions. As the
+connections already open still answer then, an outage a session met lasts until that
+session has connected again (or stopped trying).
 """
 
 from __future__ import annotations
@@ -36,38 +42,56 @@ class Reachability:
         """When the current outage was first seen (``time.monotonic()``); ``None``: none."""
         self._answered_since: float | None = None
         """During an outage, when the database answered with no failure since."""
+        self._sessions: set[str] = set()
+        """The sessions that failed to connect during the outage and have not since: while
+        the server refuses new connections (``too many clients``), those already open still
+        answer, so the outage lasts until these connect again."""
 
-    def lost(self, what: str, exc: BaseException) -> bool:
+    def lost(self, what: str, exc: BaseException, *, session: bool = False) -> bool:
         """Note that ``what`` could not reach the database (``exc`` said why): one warning
-        for the first since it was last reached (then True), debug after it."""
+        for the first since it was last reached (then True), debug after it. ``session``:
+        ``what`` is a session that connects again on its own (``LISTEN``, liveness, the
+        worker opening its store); the outage lasts until it has."""
         self._answered_since = None
+        if session:
+            self._sessions.add(what)
         if self.down_since is not None:
-            logger.debug("%s: %s still unavailable: %s", what, self.description, describe(exc))
+            logger.debug("%s: %s still unreachable: %s", what, self.description, describe(exc))
             return False
         self.down_since = time.monotonic()
         logger.warning(
-            "database %s unavailable (%s: %s): retrying until it is back",
+            "%s is unreachable (%s: %s); retrying with backoff until it is back",
             self.description,
             what,
             describe(exc),
         )
         return True
 
-    def reached(self) -> None:
-        """Note that the database answered: one line once it has answered for
-        :data:`SETTLED_SECONDS` with no failure, when it had been unavailable."""
+    def reached(self, session: str | None = None) -> None:
+        """Note that the database answered (``session``: that session connected again): one
+        line once it has answered for :data:`SETTLED_SECONDS` with no failure, and every
+        session that failed has connected again, when it had been unreachable."""
         if self.down_since is None:
+            return
+        if session is not None:
+            self._sessions.discard(session)
+        if self._sessions:
             return
         now = time.monotonic()
         if self._answered_since is None:
             self._answered_since = now
         elif now - self._answered_since >= SETTLED_SECONDS:
             logger.info(
-                "database %s is back after %.1fs",
+                "%s is reachable again after %.1fs",
                 self.description,
                 self._answered_since - self.down_since,
             )
             self.down_since = self._answered_since = None
+
+    def stopped(self, session: str) -> None:
+        """``session`` stopped trying (its store closed, its worker stopped): the outage no
+        longer waits for it."""
+        self._sessions.discard(session)
 
 
 _KNOWN: dict[str, Reachability] = {}

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from durable_core.errors import StoreUnavailableError
 from durable_postgres import PostgresStore
-from durable_postgres.connector import AsyncpgConnector, HeldConnection, _usable
+from durable_postgres.connector import AsyncpgConnector, HeldConnection, usable
 from tests.worker.conftest import eventually
 
 pytestmark = pytest.mark.anyio
@@ -66,26 +66,43 @@ async def test_a_statement_sent_while_one_is_in_flight_takes_the_pool(
     assert await pid(held) == mine, "the held connection is kept after the statement"
 
 
-async def test_a_connection_killed_under_it_fails_one_statement_at_most(
+async def test_a_connection_killed_under_it_fails_one_statement_and_the_next_reconnects(
     store: PostgresStore, postgres_url: str
 ) -> None:
-    """A kill seen before the next statement (the pool took the connection back) costs
-    nothing: that statement takes another; one not seen yet fails that one statement."""
     held = store.connector.held()
     assert isinstance(held, HeldConnection)
     victim = await pid(held)
     admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", victim)
+        # Killed while a statement runs on it: that statement fails, the next reconnects.
+        async with anyio.create_task_group() as tasks:
+
+            async def sleep_on_it() -> None:
+                with pytest.raises(StoreUnavailableError):
+                    await store._fetch("held", SLEEP, {"seconds": 30}, on=held)
+
+            tasks.start_soon(sleep_on_it)
+
+            async def sleeping() -> bool:
+                query = "SELECT query FROM pg_stat_activity WHERE pid = $1"
+                return "pg_sleep" in (await admin.fetchval(query, victim) or "")
+
+            await eventually(sleeping, timeout=120, what="the statement to run")
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", victim)
+        second = await pid(held)
+        assert second != victim
+        # Killed while idle: once the client has seen its session end, the next statement
+        # takes another connection instead of failing on it.
+        kept = held._conn
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", second)
+
+        async def seen_ended() -> bool:
+            return not usable(kept)
+
+        await eventually(seen_ended, timeout=120, what="the client to see its session end")
+        assert await pid(held) not in (victim, second)
     finally:
         await admin.close()
-    try:
-        first = await store._fetch("held", BACKEND, {}, on=held)
-    except StoreUnavailableError:
-        pass  # the kill had not reached this process yet
-    else:
-        assert first[0]["pid"] != victim
-    assert await pid(held) != victim
 
 
 async def test_a_statement_cancelled_in_flight_is_cancelled_on_the_server(
@@ -161,25 +178,3 @@ async def test_a_store_closed_under_a_statement_lets_it_finish_and_reopens(
         assert await pid(held) > 0
     finally:
         await store.close()
-
-
-async def test_a_connection_whose_session_ended_while_kept_is_replaced_before_a_statement(
-    store: PostgresStore, postgres_url: str
-) -> None:
-    """After a failover or a restart, the claim's kept connection (idle while the claim loop
-    waited) is gone: the next claim takes another instead of failing on it."""
-    held = store.connector.held()
-    assert isinstance(held, HeldConnection)
-    victim = await pid(held)
-    kept = held._conn
-    admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", victim)
-    finally:
-        await admin.close()
-
-    async def taken_back() -> bool:
-        return not _usable(kept)
-
-    await eventually(taken_back, timeout=120, what="the pool to see the session end")
-    assert await pid(held) != victim

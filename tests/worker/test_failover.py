@@ -230,8 +230,8 @@ async def test_a_replica_promoted_under_load(pair: tuple[Cluster, Cluster], tmp_
             log = workers.log(proc)
             lines = log.splitlines()
             # One line when the database went away, one when the worker reached it again.
-            assert len([line for line in lines if " unavailable (" in line]) == 1, log
-            assert len([line for line in lines if " is back after " in line]) == 1, log
+            assert len([line for line in lines if " is unreachable (" in line]) == 1, log
+            assert len([line for line in lines if " is reachable again after " in line]) == 1, log
             assert "Traceback" not in log, log
         print(f"all {TOTAL} workflows settled {reconnected:.1f}s after the promotion")
     finally:
