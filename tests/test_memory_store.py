@@ -9,8 +9,10 @@ import json
 import threading
 import tomllib
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import pytest
@@ -119,6 +121,29 @@ async def test_racing_tasks_on_two_instances_take_one_lease(store: MemoryStore) 
     assert record is not None and (record.attempts, record.locked_by) == (1, winner.lease.worker_id)
 
 
+T = TypeVar("T")
+
+
+def on_a_thread_of_its_own(work: Callable[[], Awaitable[T]]) -> T:
+    """``anyio.run(work)`` on a new thread: this one may hold the event loop the test
+    session's async fixtures run on."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(anyio.run(work))
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
 def test_threads_on_their_own_event_loops_take_one_lease() -> None:
     tables = Tables()
     row = new_workflow()
@@ -136,7 +161,7 @@ def test_threads_on_their_own_event_loops_take_one_lease() -> None:
                 if await store.acquire(row.id, worker_id=worker, lease_seconds=30):
                     won.append(worker)
 
-    anyio.run(enqueue)
+    on_a_thread_of_its_own(enqueue)
     threads = [threading.Thread(target=anyio.run, args=(take, f"t{i}")) for i in range(8)]
     for thread in threads:
         thread.start()
@@ -332,5 +357,5 @@ def test_a_sync_client_and_a_runner_share_a_named_memory_database() -> None:
             store = store_from_url(url)
             return await WorkflowRunner(store).run_until_complete(handle.id)
 
-        assert anyio.run(run) is WorkflowStatus.SUCCEEDED
+        assert on_a_thread_of_its_own(run) is WorkflowStatus.SUCCEEDED
         assert client.handle(handle.id).output() == "hello ada"
