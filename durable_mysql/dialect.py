@@ -11,9 +11,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.dml import Insert
 
+from durable_core.caller.backends import Driver
 from durable_core.sql import Excluded, SQLDialect
 
 _MIGRATION_LOCK = "durable_core_migrate"
+
+DRIVER = Driver("aiomysql", extra="mysql", database="MySQL/MariaDB")
+"""What this backend needs installed (the ``[mysql]`` extra)."""
 
 
 class MySQLDialect(SQLDialect):

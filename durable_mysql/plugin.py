@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from durable_core.caller.backends import Driver
 from durable_core.seams.hookspecs import hookimpl
 from durable_core.seams.store import Store
 
-DRIVER = Driver("aiomysql", extra="mysql", database="MySQL/MariaDB")
-"""What this backend needs installed (the ``[mysql]`` extra)."""
+from .dialect import DRIVER
 
 
 @hookimpl

@@ -25,8 +25,7 @@ from durable_core.sql import SQLAlchemyConnector, SQLStore, classify_sqlalchemy
 from durable_core.sql.errors import store_error
 from durable_core.sql.urls import parse_url
 
-from .dialect import MySQLDialect
-from .plugin import DRIVER
+from .dialect import DRIVER, MySQLDialect
 
 _SCHEMES = ("mysql", "mariadb")
 

@@ -7,7 +7,11 @@ from typing import ClassVar
 
 from sqlalchemy.dialects import sqlite
 
+from durable_core.caller.backends import Driver
 from durable_core.sql import SQLDialect
+
+DRIVER = Driver("aiosqlite", extra="sqlite", database="SQLite")
+"""What this backend needs installed (the ``[sqlite]`` extra)."""
 
 
 class SQLiteDialect(SQLDialect):

@@ -16,8 +16,7 @@ from sqlalchemy.pool import StaticPool
 from durable_core.errors import InvalidDatabaseURLError
 from durable_core.sql import SQLAlchemyConnector, SQLStore
 
-from .dialect import SQLiteDialect
-from .plugin import DRIVER
+from .dialect import DRIVER, SQLiteDialect
 
 BUSY_TIMEOUT_MS = 10_000
 

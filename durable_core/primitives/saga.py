@@ -27,9 +27,10 @@ import anyio
 from ..codec import encode_arguments
 from ..codec.failures import dump_error, error_record, load_error
 from ..errors import FrameworkError, LeaseLostError, sole_error
-from ..runtime.attempt import Attempt, Ending
+from ..runtime.attempt import Attempt
 from ..runtime.compensation import HaltedError, SagaRecord, halted_saga
 from ..runtime.context import WorkflowContext
+from ..runtime.endings import Ending
 from ..runtime.flight import shield
 from ..runtime.in_step import inside_step
 from ..runtime.settling import timeout_error

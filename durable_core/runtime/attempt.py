@@ -16,7 +16,6 @@ and call it.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import json
 import time
@@ -41,9 +40,10 @@ from .branches import branch_var, current_task
 from .compensation import Sagas, compensating
 from .config import WorkflowConfig
 from .effects import Effects
+from .endings import Ending
 from .group_commit import GroupCommit
 from .in_step import enter_step, leave_step
-from .journal import Call, Journal
+from .journal import NEW, Call, Journal
 from .outages import retry_log_level
 from .step_body import StepBody
 from .suspension import Suspension, stopped
@@ -59,28 +59,11 @@ class Keeper(Protocol):
         ...
 
 
-class Ending(enum.Enum):
-    """How an attempt ended other than by its body returning or raising."""
-
-    SUSPENDED = "waiting"
-    """Every branch waits: the row waits, holding no lease and no slot."""
-    CANCELLED = "cancelled"
-    """The workflow was cancelled while this attempt ran it."""
-    TIMED_OUT = "timed_out"
-    """The workflow's timeout passed."""
-    LEASE_LOST = "lease_lost"
-    """A write was refused or a renewal failed: the lease is gone (a reclaim, or a cancel
-    heard only through the refusal)."""
-
-
 logger = get_logger("durable_core.worker")
 
 T = TypeVar("T")
 
 _MAX_STORE_BACKOFF = 2.0
-
-NEW = object()
-"""What :meth:`Attempt._step_input` gives for a call the journal has no output for."""
 
 SUSPEND_RETRY_AFTER = 5.0
 """A step retry due later than this many seconds waits as a durable wait (the workflow

@@ -26,10 +26,11 @@ from ..durations import utcnow
 from ..errors import BodyRaisedError, FrameworkError, LeaseLostError
 from ..seams.records import ClaimedWorkflow, WorkflowStatus
 from . import settling
-from .attempt import Attempt, Ending
+from .attempt import Attempt
 from .compensation import Halt
 from .config import WorkflowConfig
 from .context import WorkflowContext
+from .endings import Ending
 from .group_commit import GroupCommit
 from .leases import LeaseKeeper
 

@@ -42,6 +42,10 @@ ID_NAMESPACE = uuid.UUID("6c1d4b8e-5f0a-4f43-9d57-2b9c61a1e7d3")
 """Ids derived from a workflow id and a call's path (children, messages) live here."""
 
 
+NEW = object()
+"""What the attempt's ``_step_input`` gives for a call the journal has no output for."""
+
+
 def derived_id(workflow_id: str, path: str, item: int = 0) -> str:
     """The id of the ``item``-th thing made by the call at ``path`` of ``workflow_id``."""
     return str(uuid.uuid5(ID_NAMESPACE, f"{workflow_id}/{path}/{item}"))

@@ -23,7 +23,8 @@ from ..redaction import get_logger
 from ..seams.compensation_role import compensations_of
 from ..seams.plugins import observers, observing
 from ..seams.records import Settlement, WorkflowStatus
-from .attempt import Attempt, Ending
+from .attempt import Attempt
+from .endings import Ending
 
 logger = get_logger("durable_core.worker")
 

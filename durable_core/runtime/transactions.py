@@ -40,15 +40,15 @@ from ..seams.plugins import observers, observing
 from ..seams.records import ClaimedWorkflow, Lease
 from ..seams.store import AttemptStore, Store
 from ..seams.transactions import IsolationLevel, StepDatabase, TransactionCall
+from .endings import Ending
 from .group_commit import GroupCommit
 from .in_step import enter_step, enter_transaction, leave_step, leave_transaction
-from .journal import Call, Journal
+from .journal import NEW, Call, Journal
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from ..seams.events import AttemptEvent
-    from .attempt import Ending
 
 T = TypeVar("T")
 
@@ -144,8 +144,6 @@ class Transactions:
         """Run the transaction step ``step`` durably: its recorded output on a replay (from
         the store, or from its database's record), else its body and its record in one
         transaction, retried on a conflict and by its policy."""
-        from .attempt import NEW, Ending
-
         call = self.journal.call(step.name)
         input_json, value = self._step_input(call, args, kwargs)
         if value is not NEW:

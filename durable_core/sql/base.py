@@ -22,7 +22,6 @@ from ..errors import (
 )
 from ..redaction import get_logger, redact
 from ..seams.records import BodyCall, Lease, NewWorkflow
-from ..seams.transactions import StepDatabase
 from . import errors, migrations
 from .connector import Connector, Fetcher, Params, Row, Session
 from .dialect import SQLDialect
@@ -203,12 +202,6 @@ class SQLStoreBase:
             result = await connector.run_sync(work)
         self.reachability.reached()
         return result
-
-    def step_database(self) -> StepDatabase:
-        """This store's database, for transaction steps (their record is the step's row)."""
-        from .transactions import StoreTransactions
-
-        return StoreTransactions(self)
 
     async def check_values(self, operation: str, *texts: str | None) -> None:
         """Refuse values the database could not take in one write (nothing by default)."""

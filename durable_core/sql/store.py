@@ -28,6 +28,7 @@ from ..seams.records import (
     WorkflowStatus,
     settled_outcome,
 )
+from ..seams.transactions import StepDatabase
 from . import errors
 from .attributes import AttributeOperations
 from .compensation import CompensationOperations
@@ -42,6 +43,7 @@ from .schedule_overlap import ScheduleOverlapOperations
 from .schedules import ScheduleOperations
 from .statements import CLAIMED_COLUMNS
 from .streams import StreamOperations
+from .transactions import StoreTransactions
 from .updates import UpdateOperations
 from .waiting import WaitingOperations
 from .workers import WorkerOperations
@@ -67,6 +69,10 @@ class SQLStore(
     It does not claim work for a worker: a store that can (PostgreSQL) adds the
     :class:`~durable_core.seams.store.Claimer` methods in a subclass.
     """
+
+    def step_database(self) -> StepDatabase:
+        """This store's database, for transaction steps (their record is the step's row)."""
+        return StoreTransactions(self)
 
     async def retry_workflow(self, workflow_id: str) -> None:
         """Put a failed or cancelled workflow back to pending with a fresh attempt budget."""
