@@ -27,6 +27,7 @@ from typing import Any, ParamSpec, Self, TypeVar
 
 from ..definitions.debounce import DebounceKey
 from ..definitions.queues import Queue
+from ..definitions.retention import SETTLED
 from ..seams.attributes import AttributeFilter, AttributeValue
 from ..seams.records import (
     BacklogRecord,
@@ -208,6 +209,28 @@ class SyncClient(SyncOnCallMethods, SyncScheduleMethods):
     def erase(self, workflow_id: str) -> int:
         """Erase a settled workflow's payloads (see :meth:`DurableClient.erase`)."""
         result: int = self.call(self.client.erase, workflow_id)
+        return result
+
+    def prune(
+        self,
+        older_than: float | timedelta | str,
+        *,
+        statuses: Iterable[WorkflowStatus | str] = SETTLED,
+        names: Iterable[str] = (),
+        queues: Iterable[str] = (),
+        dry_run: bool = False,
+        batch: int = 1000,
+    ) -> dict[str, int]:
+        """Remove settled workflows older than ``older_than`` (see :meth:`DurableClient.prune`)."""
+        result: dict[str, int] = self.call(
+            self.client.prune,
+            older_than,
+            statuses=statuses,
+            names=names,
+            queues=queues,
+            dry_run=dry_run,
+            batch=batch,
+        )
         return result
 
     def send(
