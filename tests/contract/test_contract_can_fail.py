@@ -18,6 +18,7 @@ pytest_plugins = ["pytester"]
 plugin_manager()
 
 DOUBLES = '''
+import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -96,12 +97,25 @@ class EffectsIgnoreTheLease(SQLiteStore):
         return written
 
 
+async def migrated(factory):
+    """A SQLite database with the schema applied, made once per run (a copy per test)."""
+    template = factory.getbasetemp() / "migrated.db"
+    if not template.exists():
+        making = template.with_name("migrating.db")
+        async with SQLiteStore(f"sqlite:///{making}") as store:
+            await store.apply_schema()
+        making.rename(template)
+    return template
+
+
 def store_fixture(cls):
     @pytest.fixture
-    async def durable_store(self, tmp_path):
-        store = cls(f"sqlite:///{tmp_path / 'contract.db'}")
+    async def durable_store(self, tmp_path, tmp_path_factory):
+        path = tmp_path / "contract.db"
+        shutil.copyfile(await migrated(tmp_path_factory), path)
+        store = cls(f"sqlite:///{path}")
         await store.open()
-        await store.apply_schema()
+        await store.apply_schema()  # checks the copy's version
         yield store
         await store.close()
 
