@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -97,6 +99,21 @@ def _url_for(info: Any, database: str) -> str:
     return f"postgresql://postgres@{info.hostname}:{info.port}/{name}"
 
 
+_START_ROUNDS = 6
+"""How many times pgserver is asked to start the server: its ``pg_ctl start`` gives up
+after 10 seconds, which a loaded machine can need, while the server goes on starting."""
+
+
+def _get_server(pgserver: Any, data_dir: Path) -> Any:
+    """pgserver's server for ``data_dir``, started (or found started) by it."""
+    for _ in range(_START_ROUNDS - 1):
+        try:
+            return pgserver.get_server(data_dir, cleanup_mode="stop")
+        except subprocess.TimeoutExpired:
+            time.sleep(1.0)  # the server may be up by now: the next round finds it running
+    return pgserver.get_server(data_dir, cleanup_mode="stop")
+
+
 class EmbeddedPostgres:
     """A PostgreSQL server in a local data folder (default ``./.durable/pgdata``).
 
@@ -159,7 +176,7 @@ class EmbeddedPostgres:
         try:
             data_dir.parent.mkdir(parents=True, exist_ok=True)
             with _users_lock:
-                server = pgserver.get_server(data_dir, cleanup_mode="stop")
+                server = _get_server(pgserver, data_dir)
                 _users[data_dir] = _users.get(data_dir, 0) + 1
             info = server.get_postmaster_info()
         except Exception as exc:

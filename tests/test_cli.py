@@ -351,7 +351,8 @@ def test_start_uses_the_embedded_database_when_no_url_is_given(tmp_path: Path) -
             command, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env
         )
 
-    assert run("migrate").returncode == 0
+    migrated = run("migrate")
+    assert migrated.returncode == 0, migrated.stderr
     started = run("start", hello.name, "--app", "tests.test_cli", "--args", '["ada"]')
     assert started.returncode == 0, started.stderr
     [listed] = json.loads(run("list", "--json").stdout)
